@@ -1,0 +1,1 @@
+"""lockkit for Celery: not built yet; the adapter arrives on top of lockkit_core."""

@@ -1,0 +1,89 @@
+"""List, inspect and force-release locks: the one admin layer behind the CLI and frameworks."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from .backends.base import Capability, Lease
+from .errors import NotSupported
+from .keys import check_key, namespaced
+
+if TYPE_CHECKING:
+    from .lock import LockKit
+
+__all__ = ["Admin", "BackendInfo", "LockInfo"]
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """One held lock. ``key`` is relative to the kit's namespace; ``owner_hint`` is the first
+    8 hex digits of the owner token, enough to tell holders apart, useless for releasing."""
+
+    key: str
+    stored_key: str
+    owner_hint: str
+    token: int | None
+    ttl_remaining: float | None
+    holder: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """What a store is and what it can guarantee."""
+
+    url: str
+    scheme: str
+    grade: str
+    capabilities: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+class Admin:
+    """``kit.admin``: operations for operators, not for application code paths."""
+
+    def __init__(self, kit: LockKit) -> None:
+        self._kit = kit
+
+    def _relative(self, lease: Lease) -> LockInfo:
+        ns = self._kit.namespace
+        key = lease.key[len(ns) + 1:] if ns and lease.key.startswith(ns + ":") else lease.key
+        return LockInfo(key, lease.key, lease.owner_hint, lease.token, lease.ttl_remaining,
+                        lease.holder)
+
+    def list(self, prefix: str = "") -> list[LockInfo]:
+        """Held locks whose key starts with ``prefix``, sorted by key."""
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be str, got {type(prefix).__name__}")
+        backend = self._kit.backend
+        if Capability.LIST not in backend.capabilities:
+            raise NotSupported(f"the {backend.url.scheme}:// backend cannot list its locks")
+        ns = self._kit.namespace
+        stored = f"{ns}:{prefix}" if ns else prefix
+        return [self._relative(lease) for lease in backend.list(stored)]
+
+    def info(self, key: str) -> LockInfo | None:
+        """The lock on ``key``, or None if it is free."""
+        lease = self._kit.backend.info(namespaced(self._kit.namespace, check_key(key)))
+        return None if lease is None else self._relative(lease)
+
+    def force_release(self, key: str) -> bool:
+        """Free ``key`` whoever holds it; False if it was already free.
+
+        The holder is not told until it next renews, extends, releases or calls ``check()``
+        after its lease would have ended: use fencing tokens where that matters.
+        """
+        return self._kit.backend.force_release(namespaced(self._kit.namespace, check_key(key)))
+
+    def backend_info(self) -> BackendInfo:
+        """The store's URL (secrets hidden), safety grade and capability flags."""
+        backend = self._kit.backend
+        caps = [flag.name.lower() for flag in Capability if flag in backend.capabilities and flag.name]
+        return BackendInfo(backend.describe(), backend.url.scheme, str(backend.grade), caps)

@@ -1,0 +1,216 @@
+"""The contract a backend implements: ``Backend``, ``Capability``, ``Grade``, ``Grant``, ``Lease``.
+
+A backend is a thin, stateless-looking adapter over one store. It knows nothing of threads,
+reentrancy or renewal (``lockkit_core.lock`` does that); it offers atomic compare-and-act
+operations on ``(key, owner)`` pairs, where ``key`` is already namespaced and ``owner`` is a
+128-bit secret token, and a way to wait until a key may have become free.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..errors import ConfigError
+from ..url import LockURL
+
+__all__ = ["Backend", "Capability", "Grade", "Grant", "Lease", "SleepWaiter", "Waiter"]
+
+
+class Capability(enum.Flag):
+    """What a backend can honour; checked at ``kit.lock()``, never discovered in production."""
+
+    NONE = 0
+    TTL = enum.auto()            #: leases expire on the server when the holder stops renewing
+    FENCING = enum.auto()        #: every grant carries a strictly increasing integer token
+    FAIR = enum.auto()           #: ``fair=True`` gives FIFO order among waiters
+    NOTIFY = enum.auto()         #: waiters are woken by the store on release, not by polling
+    CROSS_PROCESS = enum.auto()  #: excludes other processes on the same host
+    CROSS_HOST = enum.auto()     #: excludes processes on other hosts
+    LIST = enum.auto()           #: the admin layer can list held locks
+
+
+class Grade(str, enum.Enum):
+    """How far the backend's exclusion can be trusted when machines fail."""
+
+    CONSENSUS = "consensus"
+    SINGLE_NODE = "single-node"
+    QUORUM = "quorum"
+    REPLICATED_ASYNC = "replicated-async"
+    PROCESS = "in-process"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The answer to one acquisition attempt.
+
+    ``token`` is the fencing token when ``acquired`` (None if the backend has none);
+    ``retry_after`` is the holder's remaining lease in seconds when busy (None: unknown).
+    """
+
+    acquired: bool
+    token: int | None = None
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What the admin layer shows about one held lock. ``key`` is the stored (namespaced) key;
+    ``owner_hint`` is a short prefix of the owner token, enough to tell holders apart but
+    useless for releasing."""
+
+    key: str
+    owner_hint: str
+    token: int | None
+    ttl_remaining: float | None
+    holder: str | None = None
+
+
+class Waiter(ABC):
+    """A registration to be woken when a key may have become free."""
+
+    @abstractmethod
+    def wait(self, timeout: float) -> None:
+        """Return after ``timeout`` seconds at the latest, earlier if the key was released."""
+
+    def close(self) -> None:
+        """Drop the registration."""
+
+
+class SleepWaiter(Waiter):
+    """Fallback for stores that cannot notify: jittered exponential backoff, 0.5 ms to 50 ms."""
+
+    def __init__(self, first: float = 0.0005, cap: float = 0.05) -> None:
+        self._delay = first
+        self._cap = cap
+
+    def wait(self, timeout: float) -> None:
+        delay = min(timeout, self._delay * random.uniform(0.5, 1.5))
+        self._delay = min(self._cap, self._delay * 2)
+        if delay > 0:
+            time.sleep(delay)
+
+
+class Backend(ABC):
+    """One store. Subclasses declare the class attributes and implement the abstract methods.
+
+    Every method that talks to the store raises :class:`~lockkit_core.BackendUnavailable`
+    when it cannot reach it, and never retries beyond one socket timeout on its own.
+    """
+
+    schemes: ClassVar[tuple[str, ...]] = ()
+    #: the pip extra and importable module the backend needs, or None
+    extra: ClassVar[str | None] = None
+    requires: ClassVar[str | None] = None
+    capabilities: ClassVar[Capability] = Capability.NONE
+    grade: ClassVar[Grade] = Grade.SINGLE_NODE
+    #: options accepted in the URL query string or ``OPTIONS``, with their parsers
+    option_types: ClassVar[Mapping[str, type]] = {}
+
+    def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
+        self.url = url
+        self.options = self.parse_options(url, options)
+
+    @classmethod
+    def parse_options(cls, url: LockURL, options: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge URL query options with ``options`` (which win) and type-check them."""
+        merged: dict[str, Any] = {**url.query, **options}
+        parsed: dict[str, Any] = {}
+        for name, value in merged.items():
+            kind = cls.option_types.get(name)
+            if kind is None:
+                known = ", ".join(sorted(cls.option_types)) or "(none)"
+                raise ConfigError(
+                    f"unknown option {name!r} for the {url.scheme}:// backend; known options: {known}"
+                )
+            parsed[name] = _coerce(name, value, kind)
+        return parsed
+
+    # -- locking -----------------------------------------------------------------------------
+
+    @abstractmethod
+    def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
+        """Take ``key`` for ``owner`` for ``ttl`` seconds if it is free, in one atomic step.
+
+        If ``owner`` already holds ``key`` (a retried request whose answer was lost), the
+        lease is renewed and the current token returned.
+        """
+
+    @abstractmethod
+    def release(self, key: str, owner: str) -> bool:
+        """Free ``key`` if ``owner`` holds it; False if it does not (expired or taken)."""
+
+    @abstractmethod
+    def extend(self, key: str, owner: str, ttl: float) -> bool:
+        """Reset the lease of ``key`` to ``ttl`` seconds if ``owner`` holds it."""
+
+    def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
+        """Register to be woken when ``key`` may be free. Register *before* the attempt that
+        precedes the wait, so that a release in between is not missed."""
+        return SleepWaiter()
+
+    # -- admin -------------------------------------------------------------------------------
+
+    @abstractmethod
+    def list(self, prefix: str) -> list[Lease]:
+        """Held locks whose stored key starts with ``prefix``, sorted by key."""
+
+    @abstractmethod
+    def info(self, key: str) -> Lease | None:
+        """The lease on ``key``, or None if it is free."""
+
+    @abstractmethod
+    def force_release(self, key: str) -> bool:
+        """Free ``key`` whoever holds it; False if it was free."""
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def after_fork_in_child(self) -> None:
+        """Drop state (connections, file handles, threads) that must not cross a fork."""
+
+    def close(self) -> None:
+        """Release client resources; the backend is unusable afterwards."""
+
+    def describe(self) -> str:
+        """The URL with secrets hidden."""
+        return self.url.redacted()
+
+
+def _coerce(name: str, value: Any, kind: type) -> Any:
+    if isinstance(value, kind) and not (kind is not bool and isinstance(value, bool)):
+        return value
+    if not isinstance(value, str):
+        raise ConfigError(f"option {name!r} must be {kind.__name__}, got {value!r}")
+    try:
+        if kind is bool:
+            lowered = value.strip().lower()
+            if lowered in {"1", "true", "yes", "on"}:
+                return True
+            if lowered in {"0", "false", "no", "off"}:
+                return False
+            raise ValueError(value)
+        return kind(value)
+    except ValueError:
+        raise ConfigError(f"option {name!r} must be {kind.__name__}, got {value!r}") from None
+
+
+class LocalCounter:
+    """A thread-safe counter for process-local stores."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value = 0
+
+    def next(self) -> int:
+        with self._lock:
+            self._value += 1
+            return self._value

@@ -1,0 +1,153 @@
+"""``LockKitConfig.from_mapping()``: the one settings parser every framework shares."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from .errors import ConfigError
+
+__all__ = ["DEFAULT_TTL", "UNSET", "LockKitConfig", "check_seconds", "default_url"]
+
+
+class _Unset:
+    """Sentinel for "not given", so that ``None`` and ``0`` stay meaningful values."""
+
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNSET: Final = _Unset()
+
+DEFAULT_TTL: Final = 30.0
+
+_KNOWN = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
+
+
+def default_url() -> str:
+    """``file://`` under the system temp dir: cross-process on one host, no server needed."""
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    return "file://" + os.path.join(tempfile.gettempdir(), f"lockkit-{uid}")
+
+
+def check_seconds(name: str, value: object, *, allow_none: bool) -> float | None:
+    """Validate a duration in seconds: a positive finite number (or ``None`` if allowed)."""
+    if value is None:
+        if allow_none:
+            return None
+        raise ConfigError(f"{name} must be a positive number of seconds, got None")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(
+            f"{name} must be a positive number of seconds, got {type(value).__name__} {value!r}"
+        )
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0:
+        hint = " (use None to wait forever)" if allow_none and name == "timeout" else ""
+        raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}{hint}")
+    return seconds
+
+
+def _check_timeout(value: object) -> float | None:
+    if value == 0 and not isinstance(value, bool):
+        return 0.0
+    return check_seconds("timeout", value, allow_none=True)
+
+
+def _parse_bool(name: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in {"1", "true", "yes", "on"}:
+        return True
+    if isinstance(value, str) and value.strip().lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigError(f"{name} must be true or false, got {value!r}")
+
+
+def _parse_number(name: str, value: object) -> object:
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from None
+    return value
+
+
+@dataclass(frozen=True)
+class LockKitConfig:
+    """Settings for a :class:`~lockkit_core.LockKit`; build it with :meth:`from_mapping`."""
+
+    url: str = field(default_factory=default_url)
+    namespace: str = ""
+    ttl: float = DEFAULT_TTL
+    auto_renew: bool = True
+    timeout: float | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url:
+            raise ConfigError(f"URL must be a non-empty string, got {self.url!r}")
+        if not isinstance(self.namespace, str):
+            raise ConfigError(f"NAMESPACE must be a string, got {self.namespace!r}")
+        check_seconds("ttl", self.ttl, allow_none=False)
+        _check_timeout(self.timeout)
+        if not isinstance(self.auto_renew, bool):
+            raise ConfigError(f"AUTO_RENEW must be true or false, got {self.auto_renew!r}")
+        if not isinstance(self.options, Mapping):
+            raise ConfigError(f"OPTIONS must be a mapping, got {type(self.options).__name__}")
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any] | None = None, **overrides: Any) -> LockKitConfig:
+        """Build from ``{"URL": ..., "NAMESPACE": ..., "TTL": ..., "AUTO_RENEW": ...,
+        "TIMEOUT": ..., "OPTIONS": {...}}`` (keys in any case); ``overrides`` (lower-case
+        names, :data:`UNSET` skipped) win over the mapping. Unknown keys are an error."""
+        values: dict[str, Any] = {}
+        for raw_key, value in (mapping or {}).items():
+            key = str(raw_key).upper()
+            if key not in _KNOWN:
+                raise ConfigError(
+                    f"unknown lockkit setting {raw_key!r}; known settings: {', '.join(_KNOWN)}"
+                )
+            if key in values:
+                raise ConfigError(f"lockkit setting {key} is given twice (in different case)")
+            values[key] = value
+        for name, value in overrides.items():
+            if name.upper() not in _KNOWN:
+                raise ConfigError(
+                    f"unknown lockkit setting {name!r}; known settings: "
+                    f"{', '.join(k.lower() for k in _KNOWN)}"
+                )
+            if value is not UNSET:
+                values[name.upper()] = value
+        kwargs: dict[str, Any] = {}
+        if "URL" in values and values["URL"] is not None:
+            kwargs["url"] = values["URL"]
+        if "NAMESPACE" in values and values["NAMESPACE"] is not None:
+            kwargs["namespace"] = values["NAMESPACE"]
+        if "TTL" in values:
+            kwargs["ttl"] = check_seconds("TTL", _parse_number("TTL", values["TTL"]), allow_none=False)
+        if "AUTO_RENEW" in values:
+            kwargs["auto_renew"] = _parse_bool("AUTO_RENEW", values["AUTO_RENEW"])
+        if "TIMEOUT" in values:
+            raw = values["TIMEOUT"]
+            kwargs["timeout"] = None if raw is None else _check_timeout(_parse_number("TIMEOUT", raw))
+        if "OPTIONS" in values and values["OPTIONS"] is not None:
+            kwargs["options"] = dict(values["OPTIONS"])
+        return cls(**kwargs)
+
+    def replace(self, **changes: Any) -> LockKitConfig:
+        """A copy with ``changes`` applied and validated."""
+        return replace(self, **changes)

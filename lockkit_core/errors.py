@@ -1,0 +1,91 @@
+"""The whole lockkit error tree.
+
+::
+
+    LockKitError
+    ├── ConfigError(ValueError)        bad URL, unknown scheme, bad option or argument
+    │   └── BackendNotInstalled        names the extra: pip install "lockkit[redis]"
+    ├── BackendError                   driver failure, original in __cause__
+    │   ├── BackendUnavailable         cannot reach / authenticate to the store
+    │   └── NotSupported               operation outside the backend's capabilities
+    └── LockError                      carries .key
+        ├── LockUnavailable            held elsewhere
+        │   └── LockTimeout(TimeoutError)
+        └── LockNotOwned               release/extend of a lock we do not hold
+            └── LockLost               lease expired or session lost while we thought we held it
+
+Framework adapters subclass these, so ``except LockKitError`` catches everything lockkit raises.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "BackendNotInstalled",
+    "BackendUnavailable",
+    "ConfigError",
+    "LockError",
+    "LockKitError",
+    "LockLost",
+    "LockNotOwned",
+    "LockTimeout",
+    "LockUnavailable",
+    "NotSupported",
+]
+
+
+class LockKitError(Exception):
+    """Root of every error lockkit raises."""
+
+
+class ConfigError(LockKitError, ValueError):
+    """A URL, option or argument is wrong; the message says how to fix it."""
+
+
+class BackendNotInstalled(ConfigError):
+    """The backend's client library is missing; install the named extra."""
+
+    def __init__(self, scheme: str, extra: str, module: str) -> None:
+        self.scheme = scheme
+        self.extra = extra
+        self.module = module
+        super().__init__(
+            f"the {scheme}:// backend needs the {module!r} package, which is not installed; "
+            f'install it with: pip install "lockkit[{extra}]"'
+        )
+
+
+class BackendError(LockKitError):
+    """The store or its driver failed; the driver's exception is in ``__cause__``."""
+
+
+class BackendUnavailable(BackendError):
+    """The store cannot be reached or refused our credentials."""
+
+
+class NotSupported(BackendError):
+    """The backend cannot honour this operation or option."""
+
+
+class LockError(LockKitError):
+    """An error about one lock; ``.key`` names it (without the namespace)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(message)
+
+
+class LockUnavailable(LockError):
+    """The lock is held by someone else."""
+
+
+class LockTimeout(LockUnavailable, TimeoutError):
+    """The lock stayed busy for the whole timeout."""
+
+
+class LockNotOwned(LockError):
+    """Release or extend of a lock that this owner does not hold."""
+
+
+class LockLost(LockNotOwned):
+    """The lease ran out or the session was lost while we thought we held the lock."""

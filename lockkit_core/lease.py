@@ -1,0 +1,39 @@
+"""Lease arithmetic, kept free of I/O so it can be tested with a fake clock."""
+
+from __future__ import annotations
+
+__all__ = ["next_wait", "renew_interval", "retry_interval", "validity"]
+
+#: part of a lease we never count on, for clock drift between us and the store
+DRIFT_FACTOR = 0.01
+DRIFT_FLOOR = 0.002
+#: how long to wait between attempts when the store gives no hint
+DEFAULT_WAIT = 0.25
+MIN_WAIT = 0.001
+
+
+def validity(ttl: float) -> float:
+    """How long after *sending* the request we may trust a lease of ``ttl`` seconds."""
+    return ttl - (ttl * DRIFT_FACTOR + DRIFT_FLOOR)
+
+
+def renew_interval(ttl: float) -> float:
+    """The watchdog extends every ttl/3, so two extensions in a row may fail before loss."""
+    return ttl / 3.0
+
+
+def retry_interval(ttl: float) -> float:
+    """After a failed extension, try again this soon (bounded to 50 ms .. 1 s)."""
+    return min(1.0, max(0.05, ttl / 10.0))
+
+
+def next_wait(retry_after: float | None, remaining: float | None) -> float:
+    """Seconds to wait before the next attempt.
+
+    ``retry_after`` is the holder's remaining lease (the longest we need to wait even if no
+    release notice ever arrives); ``remaining`` is what is left of the caller's timeout.
+    """
+    wait = DEFAULT_WAIT if retry_after is None else max(MIN_WAIT, retry_after)
+    if remaining is not None:
+        wait = min(wait, remaining)
+    return max(0.0, wait)
