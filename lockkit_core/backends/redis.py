@@ -1,0 +1,381 @@
+"""``redis://``, ``rediss://`` (TLS) and ``unix://``: one Redis server through redis-py.
+
+Every operation is one round trip: a Lua script (``lua/*.lua``, loaded once and run by
+EVALSHA, reloaded on NOSCRIPT) that compares the owner token and acts atomically.
+
+Waiting uses pub/sub, not polling: a release publishes on the key's channel, and one listener
+thread per backend wakes the threads waiting on that key. Each wait is still bounded by the
+holder's remaining lease, so a lost notice (listener reconnecting, holder crashed) costs at
+most that long, and the listener's health is tracked so waiters fall back to short backoff
+while it is down.
+
+The stored keys are ``lockkit:{<namespace>:<key>}`` (the braces keep future cluster slots
+together), the counter ``lockkit:fence`` (one per database, so tokens strictly increase per
+key and no per-key counter is left behind), and the channel ``lockkit:{...}:released``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from importlib import resources
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import BackendError, BackendUnavailable
+from ..url import LockURL
+from .base import Backend, Capability, Grade, Grant, Lease, Waiter
+
+if TYPE_CHECKING:
+    import redis
+    from redis.client import PubSub
+
+__all__ = ["RedisBackend"]
+
+log = logging.getLogger("lockkit.redis")
+
+T = TypeVar("T")
+
+PREFIX = "lockkit:{"
+FENCE_KEY = "lockkit:fence"
+_PATTERN = "lockkit:{*}:released"
+
+
+def _script(name: str) -> str:
+    return resources.files("lockkit_core.backends").joinpath(f"lua/{name}.lua").read_text()
+
+
+def _lock_key(full_key: str) -> str:
+    return PREFIX + full_key + "}"
+
+
+def _channel(lock_key: str) -> str:
+    return lock_key + ":released"
+
+
+class _Listener:
+    """One pub/sub connection per backend, pattern-subscribed to every release channel.
+
+    It runs only while someone waits (it stops after ``idle`` seconds without waiters), so a
+    process that never waits never receives release notices.
+    """
+
+    def __init__(self, backend: RedisBackend, idle: float = 30.0) -> None:
+        self._backend = backend
+        self._idle = idle
+        self._lock = threading.Lock()
+        self._waiters: dict[str, set[threading.Event]] = {}
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()  # subscribed and reading
+        self._closed = False
+
+    @property
+    def healthy(self) -> bool:
+        return self._ready.is_set()
+
+    def register(self, channel: str, event: threading.Event) -> None:
+        with self._lock:
+            self._waiters.setdefault(channel, set()).add(event)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="lockkit-redis-listener", daemon=True
+                )
+                self._thread.start()
+
+    def unregister(self, channel: str, event: threading.Event) -> None:
+        with self._lock:
+            events = self._waiters.get(channel)
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    del self._waiters[channel]
+
+    def wait_ready(self, timeout: float) -> bool:
+        return self._ready.wait(timeout)
+
+    def _wake(self, channel: str | None) -> None:
+        with self._lock:
+            if channel is None:
+                groups = list(self._waiters.values())
+            else:
+                groups = [self._waiters.get(channel, set())]
+            for events in groups:
+                for event in events:
+                    event.set()
+
+    def _run(self) -> None:
+        backoff = 0.05
+        idle_since = time.monotonic()
+        pubsub: PubSub | None = None
+        try:
+            while not self._closed:
+                try:
+                    if pubsub is None:
+                        pubsub = self._backend.client.pubsub()
+                        pubsub.psubscribe(_PATTERN)
+                    message = pubsub.get_message(timeout=0.5)
+                except Exception as exc:  # any failure: drop the connection, wake, reconnect
+                    self._ready.clear()
+                    self._wake(None)
+                    log.warning("redis release listener lost its connection: %s", exc)
+                    if pubsub is not None:
+                        _quiet_close(pubsub)
+                        pubsub = None
+                    time.sleep(backoff * random.uniform(0.5, 1.5))
+                    backoff = min(1.0, backoff * 2)
+                    continue
+                backoff = 0.05
+                if message is not None:
+                    kind = message["type"]
+                    if kind == "psubscribe":
+                        self._ready.set()
+                        self._wake(None)  # anything released while we were away
+                    elif kind == "pmessage":
+                        channel = message["channel"]
+                        self._wake(channel.decode() if isinstance(channel, bytes) else channel)
+                with self._lock:
+                    if self._waiters:
+                        idle_since = time.monotonic()
+                    elif time.monotonic() - idle_since > self._idle:
+                        self._thread = None
+                        return
+        finally:
+            self._ready.clear()
+            if pubsub is not None:
+                _quiet_close(pubsub)
+
+    def close(self) -> None:
+        self._closed = True
+
+
+def _quiet_close(pubsub: PubSub) -> None:
+    try:
+        pubsub.close()
+    except Exception as exc:  # closing a broken connection may fail again; nothing to save
+        log.debug("closing the release listener failed: %s", exc)
+
+
+class _RedisWaiter(Waiter):
+    """Woken by the release notice for one key; short backoff while the listener is down."""
+
+    def __init__(self, listener: _Listener, channel: str, ready_timeout: float) -> None:
+        self._listener = listener
+        self._channel = channel
+        self._event = threading.Event()
+        self._backoff = 0.002
+        listener.register(channel, self._event)
+        # The attempt that follows must come after the subscription, or a release in
+        # between would go unnoticed until the holder's lease ran out.
+        listener.wait_ready(ready_timeout)
+
+    def wait(self, timeout: float) -> None:
+        if not self._listener.healthy:
+            timeout = min(timeout, self._backoff * random.uniform(0.5, 1.5))
+            self._backoff = min(0.1, self._backoff * 2)
+        self._event.wait(timeout)
+        self._event.clear()
+
+    def close(self) -> None:
+        self._listener.unregister(self._channel, self._event)
+
+
+class RedisBackend(Backend):
+    """One Redis server (or one master behind a TLS or unix socket)."""
+
+    schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix")
+    extra: ClassVar[str | None] = "redis"
+    requires: ClassVar[str | None] = "redis"
+    capabilities: ClassVar[Capability] = (
+        Capability.TTL | Capability.FENCING | Capability.NOTIFY | Capability.CROSS_PROCESS
+        | Capability.CROSS_HOST | Capability.LIST
+    )
+    grade: ClassVar[Grade] = Grade.SINGLE_NODE
+    option_types: ClassVar[Mapping[str, type]] = {
+        "socket_timeout": float,
+        "socket_connect_timeout": float,
+        "password": str,
+        "username": str,
+        "db": int,
+        "max_connections": int,
+        "health_check_interval": int,
+        "ssl_ca_certs": str,
+        "ssl_certfile": str,
+        "ssl_keyfile": str,
+        "ssl_cert_reqs": str,
+        "ssl_check_hostname": bool,
+        "client_name": str,
+    }
+
+    def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
+        super().__init__(url, options)
+        import redis as redis_module
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        self._redis = redis_module
+        kwargs: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
+        kwargs.update(self.options)
+        # No driver retries: they would stretch the caller's timeout. We retry idempotent
+        # calls once ourselves (see _call).
+        kwargs["retry"] = Retry(NoBackoff(), 0)
+        kwargs["retry_on_error"] = []
+        self._socket_timeout = float(kwargs["socket_timeout"])
+        parts = urlsplit(url.raw)
+        bare = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+        try:
+            self.client: redis.Redis = redis_module.Redis.from_url(bare, **kwargs)
+        except (ValueError, TypeError) as exc:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"bad redis URL or option for {url.redacted()}: {exc}") from exc
+        self._acquire = self.client.register_script(_script("acquire"))
+        self._release = self.client.register_script(_script("release"))
+        self._extend = self.client.register_script(_script("extend"))
+        self._force_release = self.client.register_script(_script("force_release"))
+        self._holder = f"{socket.gethostname()} pid "
+        self._listener = _Listener(self)
+
+    # -- error boundary ------------------------------------------------------------------------
+
+    def _call(self, what: str, func: Callable[[], T], *, retry: bool = False) -> T:
+        """Run one request; translate driver errors. ``retry`` retries once, at once, on a
+        dropped connection (a pooled connection may predate a server restart): only for
+        requests that are safe to repeat."""
+        errors = self._redis.exceptions
+        for attempt in (0, 1):
+            try:
+                return func()
+            except errors.ConnectionError as exc:
+                if retry and attempt == 0 and not isinstance(exc, errors.AuthenticationError):
+                    continue
+                raise BackendUnavailable(
+                    f"cannot reach redis at {self.describe()} to {what}: {exc}"
+                ) from exc
+            except errors.TimeoutError as exc:
+                raise BackendUnavailable(
+                    f"redis at {self.describe()} did not answer within "
+                    f"{self._socket_timeout:g} s to {what}: {exc}"
+                ) from exc
+            except errors.ResponseError as exc:
+                text = str(exc)
+                if text.startswith(("NOAUTH", "WRONGPASS", "NOPERM")):
+                    raise BackendUnavailable(
+                        f"redis at {self.describe()} refused our credentials: {text}"
+                    ) from exc
+                raise BackendError(f"redis at {self.describe()} failed to {what}: {text}") from exc
+            except errors.RedisError as exc:
+                raise BackendError(f"redis at {self.describe()} failed to {what}: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    # -- locking ------------------------------------------------------------------------------
+
+    def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
+        lock_key = _lock_key(key)
+        ms = max(1, int(ttl * 1000))
+        holder = self._holder + str(os.getpid())
+        granted, value = self._call(
+            f"acquire {key!r}",
+            lambda: self._acquire(keys=[lock_key, FENCE_KEY], args=[owner, ms, holder]),
+            retry=True,
+        )
+        if granted:
+            return Grant(True, int(value))
+        pttl = int(value)
+        return Grant(False, retry_after=pttl / 1000.0 if pttl > 0 else None)
+
+    def release(self, key: str, owner: str) -> bool:
+        lock_key = _lock_key(key)
+        done = self._call(
+            f"release {key!r}", lambda: self._release(keys=[lock_key], args=[owner, _channel(lock_key)])
+        )
+        return bool(done)
+
+    def extend(self, key: str, owner: str, ttl: float) -> bool:
+        lock_key = _lock_key(key)
+        ms = max(1, int(ttl * 1000))
+        done = self._call(
+            f"extend {key!r}", lambda: self._extend(keys=[lock_key], args=[owner, ms]), retry=True
+        )
+        return bool(done)
+
+    def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
+        return _RedisWaiter(self._listener, _channel(_lock_key(key)), self._socket_timeout)
+
+    # -- admin --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _parse(stored_key: str, value: bytes | str | None, pttl: int) -> Lease | None:
+        if value is None:
+            return None
+        text = value.decode(errors="replace") if isinstance(value, bytes) else value
+        owner, _, rest = text.partition("|")
+        token_text, _, holder = rest.partition("|")
+        return Lease(
+            key=stored_key,
+            owner_hint=owner[:8],
+            token=int(token_text) if token_text.isdigit() else None,
+            ttl_remaining=pttl / 1000.0 if pttl >= 0 else None,
+            holder=holder or None,
+        )
+
+    def _leases(self, lock_keys: list[str]) -> list[Lease]:
+        def fetch() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for lock_key in lock_keys:
+                pipe.get(lock_key)
+                pipe.pttl(lock_key)
+            return pipe.execute()
+
+        replies = self._call("read locks", fetch, retry=True)
+        leases = []
+        for i, lock_key in enumerate(lock_keys):
+            lease = self._parse(lock_key[len(PREFIX):-1], replies[2 * i], replies[2 * i + 1])
+            if lease is not None:
+                leases.append(lease)
+        return leases
+
+    def list(self, prefix: str) -> list[Lease]:
+        pattern = PREFIX + _glob_escape(prefix) + "*}"
+
+        def scan() -> list[str]:
+            found = []
+            for raw in self.client.scan_iter(match=pattern, count=1000, _type="string"):
+                name = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+                if name.endswith("}"):
+                    found.append(name)
+            return found
+
+        lock_keys = sorted(set(self._call("list locks", scan, retry=True)))
+        return self._leases(lock_keys) if lock_keys else []
+
+    def info(self, key: str) -> Lease | None:
+        leases = self._leases([_lock_key(key)])
+        return leases[0] if leases else None
+
+    def force_release(self, key: str) -> bool:
+        lock_key = _lock_key(key)
+        done = self._call(
+            f"force-release {key!r}",
+            lambda: self._force_release(keys=[lock_key], args=[_channel(lock_key)]),
+        )
+        return bool(done)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def after_fork_in_child(self) -> None:
+        # redis-py's pool notices the new pid and opens fresh connections; the listener
+        # thread did not survive the fork, so start from a new one.
+        self._listener = _Listener(self)
+
+    def close(self) -> None:
+        self._listener.close()
+        self.client.close()
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
