@@ -54,9 +54,10 @@ class Admin:
 
     def _relative(self, lease: Lease) -> LockInfo:
         ns = self._kit.namespace
-        key = lease.key[len(ns) + 1:] if ns and lease.key.startswith(ns + ":") else lease.key
-        return LockInfo(key, lease.key, lease.owner_hint, lease.token, lease.ttl_remaining,
-                        lease.holder)
+        key = lease.key[len(ns) + 1 :] if ns and lease.key.startswith(ns + ":") else lease.key
+        return LockInfo(
+            key, lease.key, lease.owner_hint, lease.token, lease.ttl_remaining, lease.holder
+        )
 
     def list(self, prefix: str = "") -> list[LockInfo]:
         """Held locks whose key starts with ``prefix``, sorted by key."""
@@ -85,5 +86,7 @@ class Admin:
     def backend_info(self) -> BackendInfo:
         """The store's URL (secrets hidden), safety grade and capability flags."""
         backend = self._kit.backend
-        caps = [flag.name.lower() for flag in Capability if flag in backend.capabilities and flag.name]
+        caps = [
+            flag.name.lower() for flag in Capability if flag in backend.capabilities and flag.name
+        ]
         return BackendInfo(backend.describe(), backend.url.scheme, str(backend.grade), caps)

@@ -110,7 +110,9 @@ class LockKitConfig:
             raise ConfigError(f"OPTIONS must be a mapping, got {type(self.options).__name__}")
 
     @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any] | None = None, **overrides: Any) -> LockKitConfig:
+    def from_mapping(
+        cls, mapping: Mapping[str, Any] | None = None, **overrides: Any
+    ) -> LockKitConfig:
         """Build from ``{"URL": ..., "NAMESPACE": ..., "TTL": ..., "AUTO_RENEW": ...,
         "TIMEOUT": ..., "OPTIONS": {...}}`` (keys in any case); ``overrides`` (lower-case
         names, :data:`UNSET` skipped) win over the mapping. Unknown keys are an error."""
@@ -138,12 +140,16 @@ class LockKitConfig:
         if "NAMESPACE" in values and values["NAMESPACE"] is not None:
             kwargs["namespace"] = values["NAMESPACE"]
         if "TTL" in values:
-            kwargs["ttl"] = check_seconds("TTL", _parse_number("TTL", values["TTL"]), allow_none=False)
+            kwargs["ttl"] = check_seconds(
+                "TTL", _parse_number("TTL", values["TTL"]), allow_none=False
+            )
         if "AUTO_RENEW" in values:
             kwargs["auto_renew"] = _parse_bool("AUTO_RENEW", values["AUTO_RENEW"])
         if "TIMEOUT" in values:
             raw = values["TIMEOUT"]
-            kwargs["timeout"] = None if raw is None else _check_timeout(_parse_number("TIMEOUT", raw))
+            kwargs["timeout"] = (
+                None if raw is None else _check_timeout(_parse_number("TIMEOUT", raw))
+            )
         if "OPTIONS" in values and values["OPTIONS"] is not None:
             kwargs["options"] = dict(values["OPTIONS"])
         return cls(**kwargs)

@@ -87,8 +87,9 @@ class KeyTemplate:
             )
         return signature
 
-    def render(self, signature: inspect.Signature, args: tuple[Any, ...],
-               kwargs: Mapping[str, Any]) -> str:
+    def render(
+        self, signature: inspect.Signature, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> str:
         """Fill the template from one call's arguments."""
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()

@@ -56,8 +56,18 @@ class _Hold:
     """One acquisition of one key on the store."""
 
     __slots__ = (
-        "active", "auto_renew", "count", "deadline", "full_key", "lock", "lost_reason", "owner",
-        "pid", "thread", "token", "ttl",
+        "active",
+        "auto_renew",
+        "count",
+        "deadline",
+        "full_key",
+        "lock",
+        "lost_reason",
+        "owner",
+        "pid",
+        "thread",
+        "token",
+        "ttl",
     )
 
     def __init__(self, lock: Lock, owner: str, token: int | None, deadline: float) -> None:
@@ -271,7 +281,9 @@ class Lock:
             if self._given_owner is not None:
                 self.kit._release_foreign(self.key, self.full_key, self._given_owner)
                 return
-            raise LockNotOwned(self.key, f"cannot release {self.key!r}: this handle does not hold it")
+            raise LockNotOwned(
+                self.key, f"cannot release {self.key!r}: this handle does not hold it"
+            )
         if hold.pid != os.getpid():
             raise LockNotOwned(self.key, _inherited_message(self.key, hold))
         self._depth -= 1
@@ -375,8 +387,12 @@ class LockKit:
         changes = {
             name: value
             for name, value in (
-                ("url", url), ("namespace", namespace), ("ttl", ttl),
-                ("auto_renew", auto_renew), ("timeout", timeout), ("options", options),
+                ("url", url),
+                ("namespace", namespace),
+                ("ttl", ttl),
+                ("auto_renew", auto_renew),
+                ("timeout", timeout),
+                ("options", options),
             )
             if value is not UNSET
         }
@@ -435,8 +451,13 @@ class LockKit:
         return Lock(self, key, reentrant=reentrant, **options)
 
     def _lock_options(
-        self, ttl: Any, timeout: Any, auto_renew: Any, fair: bool,
-        on_lost: OnLost | Iterable[OnLost] | None, owner: str | None,
+        self,
+        ttl: Any,
+        timeout: Any,
+        auto_renew: Any,
+        fair: bool,
+        on_lost: OnLost | Iterable[OnLost] | None,
+        owner: str | None,
     ) -> dict[str, Any]:
         cfg = self.config
         real_ttl = cfg.ttl if ttl is UNSET else check_seconds("ttl", ttl, allow_none=False)
@@ -468,8 +489,12 @@ class LockKit:
             if not all(callable(c) for c in callbacks):
                 raise ConfigError("on_lost must be a callable or a list of callables")
         return {
-            "ttl": real_ttl, "timeout": real_timeout, "auto_renew": renew,
-            "fair": fair, "on_lost": callbacks, "owner": owner,
+            "ttl": real_ttl,
+            "timeout": real_timeout,
+            "auto_renew": renew,
+            "fair": fair,
+            "on_lost": callbacks,
+            "owner": owner,
         }
 
     def locked(
@@ -512,7 +537,9 @@ class LockKit:
 
     # -- the protocol with the backend ---------------------------------------------------------
 
-    def _acquire(self, lock: Lock, owner: str, *, blocking: bool, timeout: float | None) -> _Hold | None:
+    def _acquire(
+        self, lock: Lock, owner: str, *, blocking: bool, timeout: float | None
+    ) -> _Hold | None:
         backend = self.backend
         ttl = lock.ttl
         started = time.monotonic()
@@ -578,7 +605,8 @@ class LockKit:
         if was_lost or not released:
             if hold.lost_reason is None:
                 hold.lost_reason = (
-                    "its lease ran out before release" if was_lost
+                    "its lease ran out before release"
+                    if was_lost
                     else "the store no longer had it under our owner token at release"
                 )
             raise LockLost(key, _lost_message(key, hold))

@@ -9,8 +9,8 @@ imported only when its scheme is used. A third-party package adds a backend by d
 
 from __future__ import annotations
 
+import functools
 import importlib
-import threading
 from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import Any
@@ -29,20 +29,15 @@ _BUILTIN: dict[str, str] = {
     "unix": "lockkit_core.backends.redis:RedisBackend",
 }
 
-_plugins: dict[str, str] | None = None
-_plugins_lock = threading.Lock()
 
-
+@functools.cache
 def _plugin_schemes() -> dict[str, str]:
-    global _plugins
-    with _plugins_lock:
-        if _plugins is None:
-            found: dict[str, str] = {}
-            for ep in entry_points(group="lockkit.backends"):
-                if ep.name not in _BUILTIN:
-                    found[ep.name] = ep.value
-            _plugins = found
-        return _plugins
+    """Schemes that installed packages declare in the ``lockkit.backends`` group."""
+    return {
+        ep.name: ep.value
+        for ep in entry_points(group="lockkit.backends")
+        if ep.name not in _BUILTIN
+    }
 
 
 def known_schemes() -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import random
-import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -27,16 +26,16 @@ class Capability(enum.Flag):
     """What a backend can honour; checked at ``kit.lock()``, never discovered in production."""
 
     NONE = 0
-    TTL = enum.auto()            #: leases expire on the server when the holder stops renewing
-    FENCING = enum.auto()        #: every grant carries a strictly increasing integer token
-    FAIR = enum.auto()           #: ``fair=True`` gives FIFO order among waiters
-    NOTIFY = enum.auto()         #: waiters are woken by the store on release, not by polling
+    TTL = enum.auto()  #: leases expire on the server when the holder stops renewing
+    FENCING = enum.auto()  #: every grant carries a strictly increasing integer token
+    FAIR = enum.auto()  #: ``fair=True`` gives FIFO order among waiters
+    NOTIFY = enum.auto()  #: waiters are woken by the store on release, not by polling
     CROSS_PROCESS = enum.auto()  #: excludes other processes on the same host
-    CROSS_HOST = enum.auto()     #: excludes processes on other hosts
-    LIST = enum.auto()           #: the admin layer can list held locks
+    CROSS_HOST = enum.auto()  #: excludes processes on other hosts
+    LIST = enum.auto()  #: the admin layer can list held locks
 
 
-class Grade(str, enum.Enum):
+class Grade(enum.StrEnum):
     """How far the backend's exclusion can be trusted when machines fail."""
 
     CONSENSUS = "consensus"
@@ -44,9 +43,6 @@ class Grade(str, enum.Enum):
     QUORUM = "quorum"
     REPLICATED_ASYNC = "replicated-async"
     PROCESS = "in-process"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
@@ -130,7 +126,8 @@ class Backend(ABC):
             if kind is None:
                 known = ", ".join(sorted(cls.option_types)) or "(none)"
                 raise ConfigError(
-                    f"unknown option {name!r} for the {url.scheme}:// backend; known options: {known}"
+                    f"unknown option {name!r} for the {url.scheme}:// backend; "
+                    f"known options: {known}"
                 )
             parsed[name] = _coerce(name, value, kind)
         return parsed
@@ -201,16 +198,3 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
         return kind(value)
     except ValueError:
         raise ConfigError(f"option {name!r} must be {kind.__name__}, got {value!r}") from None
-
-
-class LocalCounter:
-    """A thread-safe counter for process-local stores."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._value = 0
-
-    def next(self) -> int:
-        with self._lock:
-            self._value += 1
-            return self._value

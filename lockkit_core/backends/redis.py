@@ -116,7 +116,7 @@ class _Listener:
             while not self._closed:
                 try:
                     if pubsub is None:
-                        pubsub = self._backend.client.pubsub()
+                        pubsub = self._backend.client.pubsub()  # type: ignore[no-untyped-call]
                         pubsub.psubscribe(_PATTERN)
                     message = pubsub.get_message(timeout=0.5)
                 except Exception as exc:  # any failure: drop the connection, wake, reconnect
@@ -191,8 +191,12 @@ class RedisBackend(Backend):
     extra: ClassVar[str | None] = "redis"
     requires: ClassVar[str | None] = "redis"
     capabilities: ClassVar[Capability] = (
-        Capability.TTL | Capability.FENCING | Capability.NOTIFY | Capability.CROSS_PROCESS
-        | Capability.CROSS_HOST | Capability.LIST
+        Capability.TTL
+        | Capability.FENCING
+        | Capability.NOTIFY
+        | Capability.CROSS_PROCESS
+        | Capability.CROSS_HOST
+        | Capability.LIST
     )
     grade: ClassVar[Grade] = Grade.SINGLE_NODE
     option_types: ClassVar[Mapping[str, type]] = {
@@ -291,7 +295,8 @@ class RedisBackend(Backend):
     def release(self, key: str, owner: str) -> bool:
         lock_key = _lock_key(key)
         done = self._call(
-            f"release {key!r}", lambda: self._release(keys=[lock_key], args=[owner, _channel(lock_key)])
+            f"release {key!r}",
+            lambda: self._release(keys=[lock_key], args=[owner, _channel(lock_key)]),
         )
         return bool(done)
 
@@ -334,7 +339,7 @@ class RedisBackend(Backend):
         replies = self._call("read locks", fetch, retry=True)
         leases = []
         for i, lock_key in enumerate(lock_keys):
-            lease = self._parse(lock_key[len(PREFIX):-1], replies[2 * i], replies[2 * i + 1])
+            lease = self._parse(lock_key[len(PREFIX) : -1], replies[2 * i], replies[2 * i + 1])
             if lease is not None:
                 leases.append(lease)
         return leases
