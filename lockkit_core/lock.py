@@ -102,10 +102,16 @@ class _Watchdog:
         self._heap: list[tuple[float, int, _Hold]] = []
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
+        self._compact_at = 256
 
     def schedule(self, hold: _Hold, due: float) -> None:
         with self._cond:
             heapq.heappush(self._heap, (due, next(self._seq), hold))
+            if len(self._heap) > self._compact_at:
+                # Released holds are dropped lazily; sweep them when they pile up.
+                self._heap = [entry for entry in self._heap if entry[2].active]
+                heapq.heapify(self._heap)
+                self._compact_at = max(256, 2 * len(self._heap))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="lockkit-watchdog", daemon=True
@@ -178,37 +184,45 @@ class Lock:
         self.fair = fair
         self.on_lost: list[OnLost] = list(on_lost)
         self._given_owner = owner
-        self._hold: _Hold | None = None
-        self._depth = 0
+        # thread ident -> [hold, depth]: a handle may be shared by threads like threading.Lock
+        self._uses: dict[int, list[Any]] = {}
+        self._last: _Hold | None = None  # what other threads and callbacks see
 
     def __repr__(self) -> str:
-        state = "held" if self._hold is not None else "free"
+        state = "held" if self._view() is not None else "free"
         return f"<Lock {self.full_key!r} {state} token={self.token}>"
+
+    def _here(self) -> _Hold | None:
+        use = self._uses.get(threading.get_ident())
+        return use[0] if use is not None else None
+
+    def _view(self) -> _Hold | None:
+        return self._here() or self._last
 
     # -- state -------------------------------------------------------------------------------
 
     @property
     def token(self) -> int | None:
         """The fencing token of the current acquisition (None when not held or unsupported)."""
-        hold = self._hold
+        hold = self._view()
         return hold.token if hold is not None else None
 
     @property
     def owner(self) -> str | None:
         """The owner token. Pass it to ``kit.lock(key, owner=...)`` in another process to
         release or extend this acquisition there. Keep it secret: it is the key to the lock."""
-        hold = self._hold
+        hold = self._view()
         return hold.owner if hold is not None else self._given_owner
 
     @property
     def lost(self) -> bool:
         """True once the lease ran out or renewal failed while we held it."""
-        hold = self._hold
+        hold = self._view()
         return hold is not None and hold.is_lost()
 
     def owned(self) -> bool:
-        """True while this handle holds the lock and the lease is still valid."""
-        hold = self._hold
+        """True while this thread holds the lock through this handle and the lease is valid."""
+        hold = self._here()
         return hold is not None and hold.pid == os.getpid() and not hold.is_lost()
 
     def locked(self) -> bool:
@@ -217,7 +231,7 @@ class Lock:
 
     def check(self) -> None:
         """Raise :class:`LockLost` if the lease was lost; decided locally, never blocks."""
-        hold = self._hold
+        hold = self._view()
         if hold is None:
             raise LockNotOwned(self.key, f"lock {self.key!r} is not held by this handle")
         if hold.pid != os.getpid():
@@ -244,6 +258,7 @@ class Lock:
             raise ConfigError("acquire(blocking=False) takes no timeout")
         kit = self.kit
         me = threading.get_ident()
+        use = self._uses.get(me)
         with kit._holds_lock:
             hold = kit._holds.get(self.full_key)
             if (
@@ -252,22 +267,23 @@ class Lock:
                 and hold.thread == me
                 and hold.pid == os.getpid()
                 and hold.active
-                and (self._hold is None or self._hold is hold)
+                and (use is None or use[0] is hold)
             ):
                 if hold.is_lost():
                     raise LockLost(self.key, _lost_message(self.key, hold))
                 hold.count += 1
-                self._hold = hold
-                self._depth += 1
+                if use is None:
+                    use = self._uses[me] = [hold, 0]
+                use[1] += 1
                 return True
-        if self._depth:
-            raise LockNotOwned(self.key, f"this handle on {self.key!r} is held by another thread")
+        # Not re-entered: contend on the store like any other owner (a non-reentrant handle
+        # taken twice by one thread waits on itself, as threading.Lock does).
         owner = self._given_owner or new_owner_token()
         hold = kit._acquire(self, owner, blocking=blocking and timeout != 0, timeout=timeout)
         if hold is None:
             return False
-        self._hold = hold
-        self._depth = 1
+        self._uses[me] = [hold, 1]
+        self._last = hold
         return True
 
     def release(self) -> None:
@@ -276,19 +292,26 @@ class Lock:
         Raises :class:`LockNotOwned` if we do not hold it, :class:`LockLost` if the lease
         had run out (someone else may have held the key meanwhile).
         """
-        hold = self._hold
-        if hold is None:
+        me = threading.get_ident()
+        use = self._uses.get(me)
+        if use is None:
             if self._given_owner is not None:
                 self.kit._release_foreign(self.key, self.full_key, self._given_owner)
                 return
+            where = "another thread" if self._uses else "nobody"
             raise LockNotOwned(
-                self.key, f"cannot release {self.key!r}: this handle does not hold it"
+                self.key,
+                f"cannot release {self.key!r}: this thread does not hold it through this "
+                f"handle (held by {where}; locks are owned per thread)",
             )
+        hold: _Hold = use[0]
         if hold.pid != os.getpid():
             raise LockNotOwned(self.key, _inherited_message(self.key, hold))
-        self._depth -= 1
-        if self._depth == 0:
-            self._hold = None
+        use[1] -= 1
+        if use[1] == 0:
+            del self._uses[me]
+            if self._last is hold:
+                self._last = None
         with self.kit._holds_lock:
             hold.count -= 1
             if hold.count > 0:
@@ -302,7 +325,7 @@ class Lock:
         """Reset the lease to ``ttl`` seconds (default: the lock's ttl) from now."""
         new_ttl = self.ttl if ttl is None else check_seconds("ttl", ttl, allow_none=False)
         assert new_ttl is not None
-        hold = self._hold
+        hold = self._view()
         if hold is None:
             if self._given_owner is None:
                 raise LockNotOwned(self.key, f"cannot extend {self.key!r}: not held")
