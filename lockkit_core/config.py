@@ -151,6 +151,11 @@ class LockKitConfig:
                 None if raw is None else _check_timeout(_parse_number("TIMEOUT", raw))
             )
         if "OPTIONS" in values and values["OPTIONS"] is not None:
+            if not isinstance(values["OPTIONS"], Mapping):
+                raise ConfigError(
+                    f"OPTIONS must be a mapping such as {{'socket_timeout': 2}}, "
+                    f"got {type(values['OPTIONS']).__name__}"
+                )
             kwargs["options"] = dict(values["OPTIONS"])
         return cls(**kwargs)
 

@@ -406,6 +406,8 @@ class LockKit:
         options: Any = UNSET,
         config: LockKitConfig | None = None,
     ) -> None:
+        if isinstance(url, LockKitConfig):
+            raise TypeError("pass a LockKitConfig as LockKit(config=...), not as the URL")
         base = config if config is not None else LockKitConfig()
         changes = {
             name: value

@@ -1,0 +1,143 @@
+"""Redis specifics the contract suite does not reach: scripts, stored layout, notification."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+import redis
+
+from lockkit_core import BackendUnavailable, ConfigError, LockKit
+from lockkit_core.backends.redis import FENCE_KEY
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def kit(redis_server: Any) -> LockKit:
+    return LockKit(redis_server.url, namespace=f"t{uuid.uuid4().hex[:8]}", ttl=5)
+
+
+@pytest.fixture
+def raw(redis_server: Any) -> redis.Redis:
+    return redis.Redis.from_url(redis_server.url)
+
+
+def test_stored_layout_carries_namespace_owner_token_and_holder(
+    kit: LockKit, raw: redis.Redis
+) -> None:
+    with kit.lock("order:42") as held:
+        value = raw.get(f"lockkit:{{{kit.namespace}:order:42}}")
+        assert value is not None
+        owner, token, holder = value.decode().split("|", 2)
+        assert owner == held.owner
+        assert len(owner) == 32
+        assert int(token) == held.token
+        assert "pid" in holder
+        assert 0 < raw.pttl(f"lockkit:{{{kit.namespace}:order:42}}") <= 5000
+    assert raw.get(f"lockkit:{{{kit.namespace}:order:42}}") is None
+
+
+def test_scripts_are_reloaded_after_script_flush(kit: LockKit, raw: redis.Redis) -> None:
+    with kit.lock("a"):
+        pass
+    raw.script_flush()
+    with kit.lock("a") as held:
+        assert held.token is not None
+    assert kit.admin.info("a") is None
+
+
+def test_a_retried_acquire_by_the_same_owner_keeps_the_token(kit: LockKit) -> None:
+    # The answer to the first attempt may be lost on the way back; the retry must not
+    # be refused as "busy" nor mint a second token.
+    first = kit.backend.try_acquire(f"{kit.namespace}:k", "a" * 32, 5.0)
+    again = kit.backend.try_acquire(f"{kit.namespace}:k", "a" * 32, 5.0)
+    other = kit.backend.try_acquire(f"{kit.namespace}:k", "b" * 32, 5.0)
+    assert first.acquired and again.acquired
+    assert again.token == first.token
+    assert not other.acquired
+    assert other.retry_after is not None and 4.0 < other.retry_after <= 5.0
+
+
+def test_fencing_counter_is_one_key_not_one_per_lock(kit: LockKit, raw: redis.Redis) -> None:
+    before = int(raw.get(FENCE_KEY) or 0)
+    tokens = []
+    for i in range(20):
+        with kit.lock(f"k{i}") as held:
+            tokens.append(held.token)
+    assert tokens == sorted(tokens)
+    assert tokens[0] is not None and tokens[0] > before
+    assert raw.keys(f"lockkit:{{{kit.namespace}:*") == []
+
+
+def test_a_waiter_is_woken_by_the_release_not_by_the_lease(kit: LockKit) -> None:
+    holder = kit.lock("busy", ttl=30)
+    holder.acquire()
+    waited: list[float] = []
+
+    def wait() -> None:
+        other = LockKit(config=kit.config)
+        start = time.monotonic()
+        with other.lock("busy", timeout=10):
+            waited.append(time.monotonic() - start)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(0.3)
+    holder.release()
+    thread.join(10)
+    assert waited, "waiter never got the lock"
+    # Woken by the notice (the holder's lease had 29+ s left).
+    assert 0.25 < waited[0] < 0.6
+
+
+def test_admin_lists_by_prefix_with_tokens(kit: LockKit) -> None:
+    held = [kit.lock(k) for k in ("job:1", "job:2", "other")]
+    for lock in held:
+        lock.acquire()
+    try:
+        listed = kit.admin.list("job:")
+        assert [i.key for i in listed] == ["job:1", "job:2"]
+        assert [i.token for i in listed] == [held[0].token, held[1].token]
+        assert all(i.owner_hint and len(i.owner_hint) == 8 for i in listed)
+        assert {i.key for i in kit.admin.list()} == {"job:1", "job:2", "other"}
+    finally:
+        for lock in held:
+            lock.release()
+
+
+def test_glob_characters_in_a_prefix_are_literal(kit: LockKit) -> None:
+    with kit.lock("a*b"), kit.lock("axb"):
+        assert [i.key for i in kit.admin.list("a*")] == ["a*b"]
+
+
+def test_unreachable_server_is_unavailable_not_busy() -> None:
+    kit = LockKit("redis://127.0.0.1:1/0?socket_connect_timeout=0.5")
+    start = time.monotonic()
+    with pytest.raises(BackendUnavailable, match="cannot reach redis"):
+        kit.lock("x", timeout=0.1).acquire()
+    assert time.monotonic() - start < 1.5
+
+
+def test_unknown_option_is_named() -> None:
+    with pytest.raises(ConfigError, match="unknown option 'sockettimeout'.*socket_timeout"):
+        LockKit("redis://127.0.0.1:6379/0?sockettimeout=1")
+
+
+def test_wrong_password_is_unavailable(redis_server: Any) -> None:
+    raw = redis.Redis.from_url(redis_server.url)
+    raw.config_set("requirepass", "s3cret")
+    try:
+        kit = LockKit(redis_server.url.replace("redis://", "redis://:wrong@"))
+        with pytest.raises(BackendUnavailable, match="redis"):
+            kit.lock("x", timeout=0).acquire()
+        good = LockKit(redis_server.url.replace("redis://", "redis://:s3cret@"))
+        with good.lock("x", timeout=0) as held:
+            assert held.token is not None
+        assert "s3cret" not in repr(good)
+    finally:
+        authed = redis.Redis.from_url(redis_server.url, password="s3cret")
+        authed.config_set("requirepass", "")
