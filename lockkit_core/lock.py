@@ -103,6 +103,7 @@ class _Watchdog:
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._compact_at = 256
+        self._wake_at = 0.0  # when the sleeping thread wakes by itself; 0 while it is busy
 
     def schedule(self, hold: _Hold, due: float) -> None:
         with self._cond:
@@ -117,10 +118,11 @@ class _Watchdog:
                     target=self._run, name="lockkit-watchdog", daemon=True
                 )
                 self._thread.start()
-            elif self._heap[0][2] is hold:
+            elif due < self._wake_at:
                 self._cond.notify()
 
     def reset_after_fork(self) -> None:
+        self._wake_at = 0.0
         self._cond = threading.Condition()
         self._heap = []
         self._thread = None
@@ -130,21 +132,25 @@ class _Watchdog:
             with self._cond:
                 while True:
                     if not self._heap:
+                        self._wake_at = time.monotonic() + 30.0
                         self._cond.wait(30.0)
+                        self._wake_at = 0.0
                         if not self._heap:
                             self._thread = None
                             return
                         continue
                     due, _, hold = self._heap[0]
-                    if not hold.active:
-                        heapq.heappop(self._heap)
-                        continue
                     now = time.monotonic()
+                    # Released holds stay until their due time: popping them early would
+                    # wake this thread (and take the GIL) once per acquisition.
                     if due > now:
+                        self._wake_at = due
                         self._cond.wait(due - now)
+                        self._wake_at = 0.0
                         continue
                     heapq.heappop(self._heap)
-                    break
+                    if hold.active:
+                        break
             kit = self._kit()
             if kit is None:
                 return
