@@ -141,3 +141,18 @@ def test_wrong_password_is_unavailable(redis_server: Any) -> None:
     finally:
         authed = redis.Redis.from_url(redis_server.url, password="s3cret")
         authed.config_set("requirepass", "")
+
+
+@pytest.mark.slow
+def test_tokens_keep_increasing_across_a_restart_that_loses_the_data() -> None:
+    from lockkit_core.testing.servers import RedisServer
+
+    with RedisServer() as server:
+        kit = LockKit(server.url, ttl=5)
+        with kit.lock("k") as held:
+            before = held.token
+        server.restart()
+        kit = LockKit(server.url, ttl=5)
+        with kit.lock("k") as held:
+            assert held.token is not None and before is not None
+            assert held.token > before

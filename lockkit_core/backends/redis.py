@@ -11,7 +11,8 @@ while it is down.
 
 The stored keys are ``lockkit:{<namespace>:<key>}`` (the braces keep future cluster slots
 together), the counter ``lockkit:fence`` (one per database, so tokens strictly increase per
-key and no per-key counter is left behind), and the channel ``lockkit:{...}:released``.
+key and no per-key counter is left behind; it restarts from the server clock in microseconds
+if lost), and the channel ``lockkit:{...}:released``.
 """
 
 from __future__ import annotations
@@ -122,14 +123,16 @@ class _Listener:
                 except Exception as exc:  # any failure: drop the connection, wake, reconnect
                     self._ready.clear()
                     self._wake(None)
-                    log.warning("redis release listener lost its connection: %s", exc)
+                    if backoff == 0.05:  # first failure of a streak
+                        log.warning("redis release listener lost its connection: %s", exc)
                     if pubsub is not None:
                         _quiet_close(pubsub)
                         pubsub = None
                     time.sleep(backoff * random.uniform(0.5, 1.5))
                     backoff = min(1.0, backoff * 2)
-                    continue
-                backoff = 0.05
+                    message = None
+                else:
+                    backoff = 0.05
                 if message is not None:
                     kind = message["type"]
                     if kind == "psubscribe":
@@ -170,7 +173,8 @@ class _RedisWaiter(Waiter):
         self._backoff = 0.002
         listener.register(channel, self._event)
         # The attempt that follows must come after the subscription, or a release in
-        # between would go unnoticed until the holder's lease ran out.
+        # between would go unnoticed until the holder's lease ran out. Until the listener
+        # is subscribed, wait() falls back to short backoff, so this wait stays short.
         listener.wait_ready(ready_timeout)
 
     def wait(self, timeout: float) -> None:
@@ -309,7 +313,7 @@ class RedisBackend(Backend):
         return bool(done)
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
-        return _RedisWaiter(self._listener, _channel(_lock_key(key)), self._socket_timeout)
+        return _RedisWaiter(self._listener, _channel(_lock_key(key)), 0.05)
 
     # -- admin --------------------------------------------------------------------------------
 
