@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from .backends.base import Capability, Lease
+from .backends.base import Capability, Lease, capability_names
 from .errors import NotSupported
 from .keys import check_key, namespaced
 
@@ -86,7 +86,5 @@ class Admin:
     def backend_info(self) -> BackendInfo:
         """The store's URL (secrets hidden), safety grade and capability flags."""
         backend = self._kit.backend
-        caps = [
-            flag.name.lower() for flag in Capability if flag in backend.capabilities and flag.name
-        ]
+        caps = capability_names(backend.capabilities)
         return BackendInfo(backend.describe(), backend.url.scheme, str(backend.grade), caps)

@@ -254,6 +254,8 @@ class Lock:
         Raises :class:`BackendUnavailable` if the store cannot be reached: an outage is
         never reported as "busy".
         """
+        if isinstance(timeout, bool):
+            raise ConfigError(f"timeout must be a number of seconds or None, got {timeout!r}")
         if timeout is UNSET:
             timeout = self.timeout
         elif timeout == -1 and not isinstance(timeout, bool):

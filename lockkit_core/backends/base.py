@@ -19,7 +19,16 @@ from typing import Any, ClassVar
 from ..errors import ConfigError
 from ..url import LockURL
 
-__all__ = ["Backend", "Capability", "Grade", "Grant", "Lease", "SleepWaiter", "Waiter"]
+__all__ = [
+    "Backend",
+    "Capability",
+    "Grade",
+    "Grant",
+    "Lease",
+    "SleepWaiter",
+    "Waiter",
+    "capability_names",
+]
 
 
 class Capability(enum.Flag):
@@ -33,6 +42,11 @@ class Capability(enum.Flag):
     CROSS_PROCESS = enum.auto()  #: excludes other processes on the same host
     CROSS_HOST = enum.auto()  #: excludes processes on other hosts
     LIST = enum.auto()  #: the admin layer can list held locks
+
+
+def capability_names(flags: Capability) -> list[str]:
+    """``["ttl", "fencing", ...]`` for the flags set in ``flags``, in declaration order."""
+    return [flag.name.lower() for flag in Capability if flag.name and flag and flag in flags]
 
 
 class Grade(enum.StrEnum):

@@ -121,6 +121,8 @@ class _Listener:
                         pubsub.psubscribe(_PATTERN)
                     message = pubsub.get_message(timeout=0.5)
                 except Exception as exc:  # any failure: drop the connection, wake, reconnect
+                    if self._closed:
+                        break
                     self._ready.clear()
                     self._wake(None)
                     if backoff == 0.05:  # first failure of a streak

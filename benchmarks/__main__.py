@@ -1,0 +1,210 @@
+"""``python -m benchmarks [--quick] [--only redis|file] [--json PATH]``: run, print tables.
+
+Starts its own redis-server, pins it and every client process (the same way for every
+library), runs the three scenarios for each family of contenders, prints one table per
+scenario and family with the libraries side by side, then lockkit's targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack
+from typing import Any
+
+from . import report, scenarios
+from .contenders import BASELINES, CONTENDERS, TTL, Family
+from .machine import (
+    Pinning,
+    choose_pinning,
+    library_versions,
+    load_average,
+    machine_facts,
+    pin_self,
+)
+from .scenarios import FreshTarget, Settings
+
+QUICK = Settings(cycles=500, rounds=1, warmup=50, seconds=1.0, many_cycles=1000, many_keys=200)
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: few cycles, 1 s")
+    parser.add_argument("--only", choices=("redis", "file"), help="one family of contenders")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--cycles", type=int, help="uncontended cycles per library")
+    parser.add_argument("--seconds", type=float, help="wall time of each contention run")
+    parser.add_argument("--processes", type=int, help="contending processes (default 8)")
+    return parser.parse_args(argv)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    base = QUICK if args.quick else Settings()
+    changes: dict[str, Any] = {
+        name: value
+        for name, value in (
+            ("cycles", args.cycles),
+            ("seconds", args.seconds),
+            ("processes", args.processes),
+        )
+        if value is not None
+    }
+    return Settings(**{**base.as_dict(), **changes})
+
+
+def _redis_target(stack: ExitStack, cpu: int | None) -> tuple[FreshTarget, str]:
+    """Start the server (stopped when ``stack`` closes); runs get it flushed."""
+    from .servers import redis_server
+
+    server = stack.enter_context(redis_server(cpu))
+
+    def fresh() -> str:
+        server.reset()
+        return server.url
+
+    return fresh, f"redis-server {server.version} at {server.url}, --save '' --appendonly no"
+
+
+def _file_target(stack: ExitStack) -> tuple[FreshTarget, str]:
+    """A temporary root (removed when ``stack`` closes); each run gets a new directory in it."""
+    root = stack.enter_context(tempfile.TemporaryDirectory(prefix="lockkit-bench-"))
+
+    def fresh() -> str:
+        return tempfile.mkdtemp(dir=root)
+
+    return fresh, f"lock files under {root} (a new directory per run)"
+
+
+def _run_family(
+    family: Family, fresh: FreshTarget, settings: Settings, pinning: Pinning
+) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    names, skipped = [], []
+    for contender in CONTENDERS:
+        if contender.family != family:
+            continue
+        why = contender.missing()
+        if why is None:
+            names.append(contender.name)
+        else:
+            skipped.append(f"{contender.name}: skipped, {why}")
+    cpu = pinning.client_cpu
+    base = BASELINES[family]
+    uncontended = scenarios.uncontended(names, fresh, settings, cpu)
+    uncontended = report.with_ratio(uncontended, base, "mean_us", "ratio_mean")
+    uncontended = report.with_ratio(uncontended, base, "p50_us", "ratio_p50")
+    contention = scenarios.contention(names, fresh, settings, cpu)
+    many = scenarios.many_keys(names, fresh, settings, cpu)
+    many = report.with_ratio(many, base, "seconds", "ratio_time")
+    return {"uncontended": uncontended, "contention": contention, "many_keys": many}, skipped
+
+
+def _tables(family: Family, rows: dict[str, list[dict[str, Any]]], s: Settings) -> list[str]:
+    base = BASELINES[family]
+    per_round = -(-s.cycles // s.rounds)
+    return [
+        report.render_table(
+            f"[{family}] 1. uncontended acquire+release, one key, one process: "
+            f"{s.rounds} x {per_round:,} cycles after {s.warmup} warm-up, each in a fresh "
+            f"process; x base = vs {base}",
+            report.UNCONTENDED,
+            rows["uncontended"],
+        ),
+        report.render_table(
+            f"[{family}] 2. {s.processes} processes contending for one key, each holding it "
+            f"{s.hold * 1e3:g} ms (busy-wait) per section, {s.seconds:g} s; "
+            "handoffs = consecutive sections by a different process",
+            report.CONTENTION,
+            rows["contention"],
+        ),
+        report.render_table(
+            f"[{family}] 3. {s.many_cycles:,} acquire+release cycles over {s.many_keys:,} "
+            f"keys, a new handle per cycle, one process; x base = vs {base}",
+            report.MANY_KEYS,
+            rows["many_keys"],
+        ),
+    ]
+
+
+def _load(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.1f}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmarks; 0 on success, 1 if any library failed to run."""
+    args = _parse(argv)
+    settings = _settings(args)
+    families: list[Family] = ["redis", "file"] if args.only is None else [args.only]
+    pinning = choose_pinning()
+    facts = machine_facts()
+    versions = library_versions()
+    started = time.monotonic()
+    load_before = load_average()
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    stores: dict[str, str] = {}
+    notes: list[str] = []
+    with ExitStack() as stack:
+        for family in families:
+            if family == "redis":
+                fresh, store = _redis_target(stack, pinning.server_cpu)
+            else:
+                fresh, store = _file_target(stack)
+            pin_self(pinning.client_cpu)  # after the server started: it must not inherit it
+            stores[family] = store
+            print(f"{family}: {store}", file=sys.stderr, flush=True)
+            results[family], skipped = _run_family(family, fresh, settings, pinning)
+            notes += skipped
+    elapsed = time.monotonic() - started
+    load_after = load_average()
+
+    header = [
+        "lockkit benchmarks",
+        f"machine    nproc {facts['nproc']}, {facts['cpu']}, {facts['os']}, {facts['python']}",
+        *(f"{family:<10} {store}" for family, store in stores.items()),
+        f"pinning    {pinning.note}",
+        "libraries  " + ", ".join(f"{name} {version}" for name, version in versions.items()),
+        f"leases     ttl {TTL:g} s for every library; blocking acquires with each library's "
+        "default way of waiting",
+        f"run time   {elapsed:.0f} s; 1-min load average {_load(load_before)} before, "
+        f"{_load(load_after)} after (includes our own workers)",
+        *(f"note       {note}" for note in notes),
+    ]
+    print("\n".join(header))
+    for family in families:
+        for table in _tables(family, results[family], settings):
+            print()
+            print(table)
+    targets = report.check_targets(results)
+    if targets:
+        print("\nlockkit targets")
+        for t in targets:
+            print(f"  {t['verdict']:<12} {t['target']}: {t['detail']}")
+    if args.json:
+        report.write_json(
+            args.json,
+            {
+                "machine": facts,
+                "stores": stores,
+                "pinning": {
+                    "server_cpu": pinning.server_cpu,
+                    "client_cpu": pinning.client_cpu,
+                    "note": pinning.note,
+                },
+                "versions": versions,
+                "ttl": TTL,
+                "settings": settings.as_dict(),
+                "notes": notes,
+                "results": results,
+                "targets": targets,
+                "seconds": elapsed,
+                "load_average": {"before": load_before, "after": load_after},
+            },
+        )
+    failed = any("error" in row for rows in results.values() for r in rows.values() for row in r)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""Plain-text tables, the verdict on lockkit's targets, and the JSON report."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "CONTENTION",
+    "MANY_KEYS",
+    "UNCONTENDED",
+    "Column",
+    "check_targets",
+    "render_table",
+    "with_ratio",
+    "write_json",
+]
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: header, and how to turn a row into its cell."""
+
+    header: str
+    cell: Callable[[Row], str]
+    left: bool = False
+
+
+def _number(key: str, digits: int = 1, scale: float = 1.0) -> Callable[[Row], str]:
+    def cell(row: Row) -> str:
+        value = row.get(key)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "-"
+        return f"{value * scale:,.{digits}f}"
+
+    return cell
+
+
+def _percent(key: str) -> Callable[[Row], str]:
+    def cell(row: Row) -> str:
+        value = row.get(key)
+        return "-" if value is None or math.isnan(value) else f"{value * 100:.0f}%"
+
+    return cell
+
+
+def _text(key: str) -> Callable[[Row], str]:
+    return lambda row: str(row.get(key, ""))
+
+
+def render_table(title: str, columns: Sequence[Column], rows: Sequence[Row]) -> str:
+    """Aligned plain text; a failed row shows its error after the library name."""
+    first, rest = columns[0], columns[1:]
+    body: list[list[str]] = []
+    errors: dict[int, str] = {}
+    for i, row in enumerate(rows):
+        body.append([first.cell(row)] + (["" for _ in rest] if "error" in row else []))
+        if "error" in row:
+            errors[i] = f"failed: {row['error']}"
+        else:
+            body[-1] += [column.cell(row) for column in rest]
+    widths = [
+        max([len(column.header)] + [len(cells[j]) for cells in body if j < len(cells)])
+        for j, column in enumerate(columns)
+    ]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            cell.ljust(width) if column.left else cell.rjust(width)
+            for cell, width, column in zip(cells, widths, columns, strict=False)
+        ]
+        return "  ".join(parts).rstrip()
+
+    out = [title, line([c.header for c in columns]), "  ".join("-" * w for w in widths)]
+    for i, cells in enumerate(body):
+        out.append(line(cells[:1]) + "  " + errors[i] if i in errors else line(cells))
+    return "\n".join(out)
+
+
+def with_ratio(rows: Sequence[Row], baseline: str, key: str, out: str) -> list[Row]:
+    """Copy ``rows`` adding ``out`` = row[key] / baseline's row[key]."""
+    base = next((r.get(key) for r in rows if r["library"] == baseline), None)
+    result = []
+    for row in rows:
+        value = row.get(key)
+        ratio = value / base if base and value is not None else None
+        result.append({**row, out: ratio})
+    return result
+
+
+UNCONTENDED = (
+    Column("library", _text("library"), left=True),
+    Column("cycles", _number("cycles", 0)),
+    Column("mean us", _number("mean_us")),
+    Column("p50 us", _number("p50_us")),
+    Column("p99 us", _number("p99_us")),
+    Column("x base mean", _number("ratio_mean", 2)),
+    Column("x base p50", _number("ratio_p50", 2)),
+)
+
+CONTENTION = (
+    Column("library", _text("library"), left=True),
+    Column("CS/s", _number("per_second", 0)),
+    Column("sections", _number("sections", 0)),
+    Column("wait p50 ms", _number("wait_p50", 2, 1e3)),
+    Column("wait p99 ms", _number("wait_p99", 1, 1e3)),
+    Column("wait max ms", _number("wait_max", 1, 1e3)),
+    Column("handoffs", _percent("handoff_share")),
+    Column("overlaps", _number("overlaps", 0)),
+    Column("per proc", lambda r: f"{r['per_process_min']}-{r['per_process_max']}"),
+    Column("waits by", _text("waits_by"), left=True),
+)
+
+MANY_KEYS = (
+    Column("library", _text("library"), left=True),
+    Column("cycles/s", _number("per_second", 0)),
+    Column("total s", _number("seconds", 3)),
+    Column("mean us", _number("mean_us")),
+    Column("x base time", _number("ratio_time", 2)),
+)
+
+
+def _find(rows: Sequence[Row], name: str) -> Row | None:
+    row = next((r for r in rows if r["library"] == name), None)
+    return None if row is None or "error" in row else row
+
+
+def check_targets(results: Mapping[str, Mapping[str, Sequence[Row]]]) -> list[Row]:
+    """lockkit's targets from the design issue, judged on this run's numbers."""
+    verdicts: list[Row] = []
+    redis = results.get("redis", {})
+    files = results.get("file", {})
+
+    def verdict(target: str, met: bool | None, detail: str) -> None:
+        state = "not measured" if met is None else ("MET" if met else "MISSED")
+        verdicts.append({"target": target, "verdict": state, "detail": detail})
+
+    floor = _find(redis.get("uncontended", []), "raw floor (SET NX PX + CAD)")
+    ours = _find(redis.get("uncontended", []), "lockkit")
+    target = "redis uncontended cycle within 1.15x of the raw floor"
+    if floor and ours:
+        mean, p50 = ours["mean_us"] / floor["mean_us"], ours["p50_us"] / floor["p50_us"]
+        verdict(target, mean <= 1.15, f"mean {mean:.2f}x, p50 {p50:.2f}x")
+    elif redis:
+        verdict(target, None, "a row is missing")
+
+    peer = _find(redis.get("contention", []), "redis-py Lock")
+    ours = _find(redis.get("contention", []), "lockkit")
+    target = "contended: >= redis-py's CS/s and max wait <= 1/10 of redis-py's"
+    if peer and ours:
+        faster = ours["per_second"] >= peer["per_second"]
+        calmer = ours["wait_max"] * 10 <= peer["wait_max"]
+        verdict(
+            target,
+            faster and calmer and ours["overlaps"] == 0,
+            f"CS/s {ours['per_second']:.0f} vs {peer['per_second']:.0f}; max wait "
+            f"{ours['wait_max'] * 1e3:.1f} ms vs {peer['wait_max'] * 1e3:.1f} ms; "
+            f"overlaps {ours['overlaps']}",
+        )
+    elif redis:
+        verdict(target, None, "a row is missing")
+
+    peer = _find(files.get("uncontended", []), "filelock")
+    ours = _find(files.get("uncontended", []), "lockkit file://")
+    target = "file uncontended at least as fast as filelock"
+    if peer and ours:
+        ratio = ours["mean_us"] / peer["mean_us"]
+        verdict(
+            target,
+            ratio <= 1.0,
+            f"mean {ours['mean_us']:.1f} us vs {peer['mean_us']:.1f} us ({ratio:.2f}x)",
+        )
+    elif files:
+        verdict(target, None, "lockkit file:// did not run (is backends/file.py there?)")
+    return verdicts
+
+
+def write_json(path: str, report: Mapping[str, Any]) -> None:
+    """The whole run, numbers unrounded; NaN becomes null."""
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, Mapping):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [clean(v) for v in value]
+        return value
+
+    with open(path, "w", encoding="utf-8") as out:
+        json.dump(clean(report), out, indent=2)
+        out.write("\n")

@@ -1,0 +1,288 @@
+"""The three scenarios. Each measurement runs in fresh "spawn" processes pinned to the client
+CPU, so no library inherits another's threads, connections or garbage.
+
+1. ``uncontended``: acquire+release of one key in one process, timed per cycle.
+2. ``contention``: N processes take turns on one key, each holding it ``hold`` seconds
+   (a busy-wait, so the holder really occupies its CPU).
+3. ``many_keys``: acquire+release cycles spread over many keys, a fresh handle per cycle.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import queue
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
+
+from .contenders import by_name
+from .machine import pin_self
+from .stats import Section, percentile, section_stats
+
+__all__ = ["Settings", "contention", "many_keys", "uncontended"]
+
+T = TypeVar("T")
+Row = dict[str, Any]
+#: returns a fresh target (a flushed redis URL, or a new empty directory) for one run
+FreshTarget = Callable[[], str]
+
+_SPAWN = multiprocessing.get_context("spawn")
+#: startup allowance for N spawned workers importing their library on one CPU
+_STARTUP_LIMIT = 120.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Sizes of one run."""
+
+    cycles: int = 3000
+    rounds: int = 3
+    warmup: int = 200
+    processes: int = 8
+    seconds: float = 3.0
+    hold: float = 0.0005
+    many_cycles: int = 5000
+    many_keys: int = 1000
+
+    def as_dict(self) -> dict[str, Any]:
+        """For the JSON report."""
+        return asdict(self)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:160]
+
+
+def _isolated(cpu: int | None, func: Callable[..., T], *args: Any) -> T:
+    """Run ``func(*args)`` in a fresh spawned process pinned to ``cpu``."""
+    with ProcessPoolExecutor(1, mp_context=_SPAWN, initializer=pin_self, initargs=(cpu,)) as pool:
+        return pool.submit(func, *args).result()
+
+
+# -- 1. uncontended -----------------------------------------------------------------------------
+
+
+def _uncontended_child(name: str, target: str, cycles: int, warmup: int) -> list[int]:
+    acquire, release = by_name(name).open(target)("bench:uncontended")
+    for _ in range(warmup):
+        if not acquire():
+            raise RuntimeError("acquire returned False on a free key")
+        release()
+    clock = time.perf_counter_ns
+    samples = []
+    for _ in range(cycles):
+        started = clock()
+        if not acquire():
+            raise RuntimeError("acquire returned False on a free key")
+        release()
+        samples.append(clock() - started)
+    return samples
+
+
+def uncontended(
+    names: Sequence[str], fresh_target: FreshTarget, settings: Settings, cpu: int | None
+) -> list[Row]:
+    """Per-cycle latency; rounds alternate the order of libraries so drift hits all alike."""
+    per_round = max(1, math.ceil(settings.cycles / settings.rounds))
+    samples: dict[str, list[int]] = {name: [] for name in names}
+    errors: dict[str, str] = {}
+    for round_no in range(settings.rounds):
+        order = names if round_no % 2 == 0 else list(reversed(names))
+        for name in order:
+            if name in errors:
+                continue
+            _progress(f"uncontended  round {round_no + 1}/{settings.rounds}  {name}")
+            try:
+                samples[name] += _isolated(
+                    cpu, _uncontended_child, name, fresh_target(), per_round, settings.warmup
+                )
+            except Exception as exc:
+                errors[name] = _describe(exc)
+    rows: list[Row] = []
+    for name in names:
+        if name in errors:
+            rows.append({"library": name, "error": errors[name]})
+            continue
+        micros = sorted(ns / 1000.0 for ns in samples[name])
+        rows.append(
+            {
+                "library": name,
+                "cycles": len(micros),
+                "mean_us": sum(micros) / len(micros),
+                "p50_us": percentile(micros, 50),
+                "p99_us": percentile(micros, 99),
+            }
+        )
+    return rows
+
+
+# -- 2. contention ------------------------------------------------------------------------------
+
+
+def _spin(seconds: float) -> None:
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        pass
+
+
+def _contention_child(
+    name: str,
+    target: str,
+    cpu: int | None,
+    settings: Settings,
+    barrier: Any,
+    results: Any,
+) -> None:
+    pid = os.getpid()
+    try:
+        pin_self(cpu)
+        acquire, release = by_name(name).open(target)("bench:contended")
+        if not acquire():  # warm-up: connect, load scripts, create files
+            raise RuntimeError("acquire returned False")
+        release()
+        barrier.wait(_STARTUP_LIMIT)
+        start = time.monotonic()
+        stop = start + settings.seconds
+        hold = settings.hold
+        sections: list[Section] = []
+        while True:
+            asked = time.monotonic()
+            if asked >= stop:
+                break
+            if not acquire():
+                raise RuntimeError("a blocking acquire returned False")
+            got = time.monotonic()
+            _spin(hold)
+            done = time.monotonic()
+            release()
+            sections.append((asked, got, done, pid))
+        results.put((pid, start, sections, None))
+    except BaseException as exc:
+        barrier.abort()
+        results.put((pid, math.inf, [], _describe(exc)))
+
+
+def _collect(workers: Sequence[Any], results: Any, barrier: Any, limit: float) -> list[Any]:
+    """One report per worker; a worker that died without one aborts the run at once."""
+    reports: dict[int, Any] = {}
+    deadline = time.monotonic() + limit
+    while len(reports) < len(workers):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"workers did not finish within {limit:g} s")
+        try:
+            report = results.get(timeout=0.2)
+        except queue.Empty:
+            dead = [w for w in workers if w.exitcode is not None and w.pid not in reports]
+            if dead:
+                barrier.abort()  # release the others from the start line
+                raise RuntimeError(f"a worker exited with code {dead[0].exitcode}") from None
+            continue
+        reports[report[0]] = report
+    return list(reports.values())
+
+
+def _contend_once(name: str, target: str, settings: Settings, cpu: int | None) -> Row:
+    barrier = _SPAWN.Barrier(settings.processes)
+    results = _SPAWN.Queue()
+    workers = [
+        _SPAWN.Process(
+            target=_contention_child,
+            args=(name, target, cpu, settings, barrier, results),
+            daemon=True,
+        )
+        for _ in range(settings.processes)
+    ]
+    for worker in workers:
+        worker.start()
+    try:
+        reports = _collect(workers, results, barrier, settings.seconds + _STARTUP_LIMIT)
+    finally:
+        for worker in workers:
+            worker.join(5.0)
+            if worker.is_alive():
+                worker.terminate()
+    failures = [error for *_, error in reports if error is not None]
+    if failures:
+        # A worker that broke the barrier is the cause; the others only saw it broken.
+        failures.sort(key=lambda error: error.startswith("BrokenBarrierError"))
+        return {"library": name, "error": failures[0]}
+    sections = [section for _, _, found, _ in reports for section in found]
+    window_start = min(start for _, start, _, _ in reports)
+    stats = section_stats(sections, window_start, settings.seconds, settings.processes)
+    return {"library": name, "waits_by": by_name(name).waits_by, **asdict(stats)}
+
+
+def contention(
+    names: Sequence[str], fresh_target: FreshTarget, settings: Settings, cpu: int | None
+) -> list[Row]:
+    """N processes, one key, fixed wall time per library."""
+    rows = []
+    for name in names:
+        _progress(f"contention   {settings.processes} processes  {name}")
+        try:
+            rows.append(_contend_once(name, fresh_target(), settings, cpu))
+        except Exception as exc:
+            rows.append({"library": name, "error": _describe(exc)})
+    return rows
+
+
+# -- 3. many keys -------------------------------------------------------------------------------
+
+
+def _many_keys_child(name: str, target: str, cycles: int, keys: int, warmup: int) -> float:
+    factory = by_name(name).open(target)
+    acquire, release = factory("bench:warmup")
+    for _ in range(warmup):
+        acquire()
+        release()
+    names = [f"bench:key:{i}" for i in range(keys)]
+    started = time.perf_counter()
+    for i in range(cycles):
+        acquire, release = factory(names[i % keys])
+        if not acquire():
+            raise RuntimeError("acquire returned False on a free key")
+        release()
+    return time.perf_counter() - started
+
+
+def many_keys(
+    names: Sequence[str], fresh_target: FreshTarget, settings: Settings, cpu: int | None
+) -> list[Row]:
+    """Total time for ``many_cycles`` cycles round-robin over ``many_keys`` keys."""
+    rows: list[Row] = []
+    for name in names:
+        _progress(f"many keys    {settings.many_cycles} cycles  {name}")
+        try:
+            seconds = _isolated(
+                cpu,
+                _many_keys_child,
+                name,
+                fresh_target(),
+                settings.many_cycles,
+                settings.many_keys,
+                settings.warmup,
+            )
+        except Exception as exc:
+            rows.append({"library": name, "error": _describe(exc)})
+            continue
+        rows.append(
+            {
+                "library": name,
+                "cycles": settings.many_cycles,
+                "keys": settings.many_keys,
+                "seconds": seconds,
+                "per_second": settings.many_cycles / seconds,
+                "mean_us": seconds / settings.many_cycles * 1e6,
+            }
+        )
+    return rows
+
+
+def _progress(text: str) -> None:
+    print(f"  .. {text}", file=sys.stderr, flush=True)

@@ -1,0 +1,296 @@
+"""The ``lockkit`` command: list, inspect and force-release locks, show backends, run the demo.
+
+Every lock operation goes through :class:`~lockkit_core.admin.Admin`, so the command works the
+same on every backend. Errors that lockkit raises are shown as one ``Error: ...`` line with
+exit status 1, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from .admin import LockInfo
+from .backends.base import capability_names
+from .config import UNSET, default_url
+from .errors import LockKitError
+from .lock import LockKit
+from .registry import backend_class, known_schemes
+from .url import parse_url
+
+__all__ = ["cli", "main"]
+
+
+@dataclass(frozen=True)
+class _Settings:
+    url: str
+    namespace: str | None
+
+
+@contextmanager
+def _lockkit_errors() -> Iterator[None]:
+    """Turn lockkit's errors into a one-line ``Error: ...`` and exit status 1."""
+    try:
+        yield
+    except LockKitError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@contextmanager
+def _open_kit(ctx: click.Context) -> Iterator[LockKit]:
+    settings: _Settings = ctx.ensure_object(_Settings)
+    with _lockkit_errors():
+        kit = LockKit(
+            settings.url,
+            namespace=UNSET if settings.namespace is None else settings.namespace,
+        )
+        try:
+            yield kit
+        finally:
+            kit.close()
+
+
+def _emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True))
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell; the last column is not padded."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    lines = []
+    for row in [list(headers), *rows]:
+        cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])]
+        lines.append("  ".join([*cells, row[-1]]).rstrip())
+    return "\n".join(lines)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
+_LOCK_HEADERS = ("KEY", "TOKEN", "TTL LEFT", "HOLDER", "OWNER HINT")
+
+
+def _lock_rows(infos: Sequence[LockInfo]) -> list[list[str]]:
+    return [
+        [
+            info.key,
+            "-" if info.token is None else str(info.token),
+            _seconds(info.ttl_remaining),
+            info.holder or "-",
+            info.owner_hint,
+        ]
+        for info in infos
+    ]
+
+
+@click.group(name="lockkit", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--url",
+    envvar="LOCKKIT_URL",
+    default=default_url,
+    show_default="file:// under the system temp dir",
+    help="Backend URL, e.g. file:///var/lock/myapp or redis://127.0.0.1:6379/0.",
+)
+@click.option(
+    "--namespace",
+    envvar="LOCKKIT_NAMESPACE",
+    default=None,
+    help="Namespace the keys live under (as in LockKit(namespace=...)).",
+)
+@click.version_option(package_name="lockkit", prog_name="lockkit")
+@click.pass_context
+def cli(ctx: click.Context, url: str, namespace: str | None) -> None:
+    """Inspect and manage lockkit locks.
+
+    The backend comes from --url, else LOCKKIT_URL, else file:// under the system temp dir.
+    """
+    ctx.obj = _Settings(url=url, namespace=namespace)
+
+
+@cli.command(name="list")
+@click.argument("prefix", default="")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def list_command(ctx: click.Context, prefix: str, as_json: bool) -> None:
+    """List held locks whose key starts with PREFIX."""
+    with _open_kit(ctx) as kit:
+        infos = kit.admin.list(prefix)
+    if as_json:
+        _emit_json([info.as_dict() for info in infos])
+    elif not infos:
+        click.echo("no locks held" + (f" under {prefix!r}" if prefix else ""))
+    else:
+        click.echo(_table(_LOCK_HEADERS, _lock_rows(infos)))
+
+
+@cli.command(name="info")
+@click.argument("key")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (null for a free key).")
+@click.pass_context
+def info_command(ctx: click.Context, key: str, as_json: bool) -> None:
+    """Show who holds KEY, or that it is free."""
+    with _open_kit(ctx) as kit:
+        info = kit.admin.info(key)
+    if as_json:
+        _emit_json(None if info is None else info.as_dict())
+    elif info is None:
+        click.echo(f"{key} is free")
+    else:
+        click.echo(_table(_LOCK_HEADERS, _lock_rows([info])))
+
+
+@cli.command(name="release")
+@click.argument("key")
+@click.option("--force", is_flag=True, help="Really free the key, whoever holds it.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a sentence.")
+@click.pass_context
+def release_command(ctx: click.Context, key: str, force: bool, as_json: bool) -> None:
+    """Free KEY whoever holds it (needs --force).
+
+    The holder is not told until it next renews, extends, releases or checks its lock, so it
+    may go on working for a while as if it still held it: only writes checked against the
+    fencing token are safe from it.
+    """
+    if not force:
+        raise click.ClickException(
+            f"refusing to release {key!r} without --force: its holder is not told and may go "
+            f"on as if it still held the lock. Run 'lockkit release {key} --force' if you mean it."
+        )
+    with _open_kit(ctx) as kit:
+        before = kit.admin.info(key)
+        released = kit.admin.force_release(key)
+    if as_json:
+        _emit_json(
+            {
+                "key": key,
+                "released": released,
+                "previous": None if before is None or not released else before.as_dict(),
+            }
+        )
+    elif not released:
+        click.echo(f"{key} was already free")
+    elif before is None:
+        click.echo(f"released {key}")
+    else:
+        token = "" if before.token is None else f", token {before.token}"
+        click.echo(f"released {key} (owner {before.owner_hint}{token})")
+
+
+def _scheme_row(scheme: str, current: str | None) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "scheme": scheme,
+        "current": scheme == current,
+        "grade": None,
+        "capabilities": [],
+        "installed": False,
+        "note": "",
+    }
+    try:
+        cls = backend_class(scheme)
+    except Exception as exc:  # a broken plug-in must not hide the others
+        row["note"] = f"cannot load: {exc}"
+        return row
+    row["grade"] = str(cls.grade)
+    row["capabilities"] = capability_names(cls.capabilities)
+    try:
+        installed = cls.requires is None or importlib.util.find_spec(cls.requires) is not None
+    except (ImportError, ValueError):
+        installed = False
+    row["installed"] = installed
+    if not installed:
+        row["note"] = f'pip install "lockkit[{cls.extra or scheme}]"'
+    return row
+
+
+@cli.command(name="backends", short_help="Show backend schemes, safety grades, capabilities.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def backends_command(ctx: click.Context, as_json: bool) -> None:
+    """Show every backend scheme with its safety grade and capabilities."""
+    settings: _Settings = ctx.ensure_object(_Settings)
+    try:
+        current: str | None = parse_url(settings.url).scheme
+    except LockKitError:
+        current = None
+    with _lockkit_errors():
+        rows = [_scheme_row(scheme, current) for scheme in known_schemes()]
+    if as_json:
+        _emit_json(rows)
+        return
+    click.echo(
+        _table(
+            ("", "SCHEME", "GRADE", "CAPABILITIES", "NOTE"),
+            [
+                [
+                    "*" if row["current"] else "",
+                    row["scheme"] + "://",
+                    row["grade"] or "-",
+                    ", ".join(row["capabilities"]) or "-",
+                    row["note"],
+                ]
+                for row in rows
+            ],
+        )
+    )
+    if current in {row["scheme"] for row in rows}:
+        click.echo(f"\n* the backend that --url / LOCKKIT_URL selects ({current}://)")
+
+
+@cli.command(name="demo", short_help="Race workers sending SMS, without and with a lock.")
+@click.option(
+    "--workers",
+    default=4,
+    show_default=True,
+    type=click.IntRange(2, 64),
+    help="Worker processes racing to send the SMS.",
+)
+@click.option(
+    "--orders",
+    default=200,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="Paid orders, each needing exactly one SMS.",
+)
+@click.option(
+    "--latency",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(0.0, 1000.0),
+    help="Simulated SMS gateway latency, in milliseconds.",
+)
+@click.pass_context
+def demo_command(ctx: click.Context, workers: int, orders: int, latency: float) -> None:
+    """Race worker processes to send one "payment received" SMS per order, with and without
+    a lock, and count the SMS each order got."""
+    from .demo import run_demo
+
+    settings: _Settings = ctx.ensure_object(_Settings)
+    with _lockkit_errors():
+        ok = run_demo(
+            url=settings.url,
+            namespace=settings.namespace,
+            workers=workers,
+            orders=orders,
+            latency=latency / 1000.0,
+        )
+    if not ok:
+        ctx.exit(1)
+
+
+def main() -> None:
+    """Entry point of the ``lockkit`` console script."""
+    cli(prog_name="lockkit")
+
+
+if __name__ == "__main__":
+    main()

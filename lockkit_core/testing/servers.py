@@ -1,0 +1,222 @@
+"""Start real servers on free loopback ports for tests: ``RedisServer``, ``free_port()``.
+
+The server runs in its own temporary directory, with persistence off, bound to 127.0.0.1 only,
+so a test can kill, pause or restart it without touching anything else on the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+__all__ = ["RedisServer", "free_port", "redis_ping"]
+
+_LOOPBACK = "127.0.0.1"
+_INSTALL_HINT = (
+    "redis-server is not installed; run the test command from README.md (it installs it), "
+    "or install it yourself with: sudo apt-get install redis-server"
+)
+
+
+def free_port(host: str = _LOOPBACK) -> int:
+    """A TCP port on ``host`` that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def redis_ping(port: int, host: str = _LOOPBACK, timeout: float = 0.5) -> bool:
+    """True if a Redis server on ``host:port`` answers ``PING`` with ``PONG`` within ``timeout``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+            reply = b""
+            while not reply.endswith(b"\r\n"):
+                chunk = sock.recv(64)
+                if not chunk:
+                    return False
+                reply += chunk
+            return reply.startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _die_with_parent_prefix() -> list[str]:
+    """On Linux, run the server under ``setpriv --pdeathsig TERM`` so that a test run killed
+    outright (its starting thread gone) does not leave servers behind."""
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    return [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
+
+
+def find_redis_server() -> str:
+    """Path of the ``redis-server`` executable; a clear ``RuntimeError`` if there is none."""
+    found = shutil.which("redis-server") or (
+        "/usr/bin/redis-server" if os.access("/usr/bin/redis-server", os.X_OK) else None
+    )
+    if found is None:
+        raise RuntimeError(_INSTALL_HINT)
+    return found
+
+
+class RedisServer:
+    """A throwaway ``redis-server`` on a free loopback port.
+
+    ``with RedisServer() as server: LockKit(server.url)``. ``kill()`` sends SIGKILL,
+    ``pause()``/``resume()`` SIGSTOP/SIGCONT, ``restart()`` comes back on the same port with
+    an empty dataset (nothing is persisted). Start and restart it from a thread that lives
+    as long as the server should: on Linux the server is stopped when that thread exits.
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        executable: str | None = None,
+        startup_timeout: float = 10.0,
+    ) -> None:
+        self.executable = executable or find_redis_server()
+        self.startup_timeout = startup_timeout
+        self._fixed_port = port is not None
+        self.port = port if port is not None else free_port()
+        self._tmp = tempfile.TemporaryDirectory(prefix="lockkit-redis-")
+        self.dir = Path(self._tmp.name)
+        self.log_path = self.dir / "redis.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._paused = False
+        self.start()
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:PORT/0``."""
+        return f"redis://{_LOOPBACK}:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._proc.pid if self._proc is not None else None
+
+    def running(self) -> bool:
+        """True while the server process is alive (paused counts as alive)."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> None:
+        """Start the server (on a new free port if the chosen one was taken meanwhile)."""
+        if self.running():
+            return
+        attempts = 1 if self._fixed_port else 5
+        for attempt in range(attempts):
+            if attempt:
+                self.port = free_port()
+            if self._spawn():
+                return
+        raise RuntimeError(
+            f"redis-server did not start on port {self.port}; its log says:\n{self._log_tail()}"
+        )
+
+    def _spawn(self) -> bool:
+        args = [
+            *_die_with_parent_prefix(),
+            self.executable,
+            "--port", str(self.port),
+            "--bind", _LOOPBACK,
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(self.dir),
+            "--daemonize", "no",
+            "--logfile", "",
+        ]
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                cwd=self.dir, start_new_session=True,
+            )
+        self._paused = False
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                self._proc = None
+                return False
+            if redis_ping(self.port):
+                return True
+            time.sleep(0.02)
+        self._terminate(signal.SIGKILL)
+        return False
+
+    def _log_tail(self) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-20:])
+        except OSError:
+            return "(no log)"
+
+    def _terminate(self, sig: signal.Signals, wait: float = 5.0) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            if self._paused:
+                proc.send_signal(signal.SIGCONT)
+            proc.send_signal(sig)
+            try:
+                proc.wait(wait)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(wait)
+        self._proc = None
+        self._paused = False
+
+    def stop(self) -> None:
+        """Shut the server down (SIGTERM; SIGKILL if it lingers). Nothing is saved."""
+        self._terminate(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would."""
+        self._terminate(signal.SIGKILL)
+
+    def pause(self) -> None:
+        """SIGSTOP the server: connections stay open but nothing answers."""
+        if self._proc is None or self._proc.poll() is not None:
+            raise RuntimeError("the redis-server is not running")
+        self._proc.send_signal(signal.SIGSTOP)
+        self._paused = True
+
+    def resume(self) -> None:
+        """SIGCONT a paused server."""
+        if self._proc is not None and self._paused:
+            self._proc.send_signal(signal.SIGCONT)
+        self._paused = False
+
+    def restart(self) -> None:
+        """Stop and start again on the same port; the dataset starts empty."""
+        self.stop()
+        self._fixed_port = True
+        self.start()
+
+    def close(self) -> None:
+        """Stop the server and remove its directory."""
+        self.stop()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> RedisServer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running() else "stopped"
+        return f"<RedisServer {self.url} {state}>"

@@ -1,0 +1,447 @@
+"""Real faults against a real redis-server: killed, stopped and restarted holders and servers,
+and a loopback proxy that partitions, resets and slows the link."""
+
+from __future__ import annotations
+
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lockkit_core import BackendUnavailable, Lock, LockKit, LockLost, LockTimeout
+from lockkit_core.testing import RedisServer, TcpProxy
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+HOLDER = Path(__file__).with_name("holder_process.py")
+FAST = "?socket_timeout=1&socket_connect_timeout=1"
+
+
+class Holder:
+    """``holder_process.py`` in a subprocess; lines it prints are read with a timeout."""
+
+    def __init__(self, url: str, namespace: str, key: str, ttl: float, auto_renew: bool) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HOLDER), url, namespace, key, str(ttl),
+             "1" if auto_renew else "0"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+
+    def expect(self, prefix: str, timeout: float = 10.0) -> str:
+        """The next line starting with ``prefix`` (others are kept in ``seen``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"holder never printed {prefix!r}; saw {self.seen}")
+            try:
+                line = self.lines.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            self.seen.append(line)
+            if line.startswith(prefix):
+                return line
+
+    def acquired(self) -> tuple[int, str]:
+        _, token, owner = self.expect("acquired").split()
+        return int(token), owner
+
+    def ask(self, command: str) -> str:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.expect("")  # the next line; on_lost lines are skipped below
+
+    def answer(self, command: str) -> str:
+        """Send ``command`` and return its answer, skipping ``on_lost`` notices."""
+        line = self.ask(command)
+        while line == "on_lost":
+            line = self.expect("")
+        return line
+
+    def signal(self, sig: signal.Signals) -> None:
+        self.proc.send_signal(sig)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"fault{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def direct(redis_server: RedisServer, namespace: str) -> Iterator[LockKit]:
+    kit = LockKit(redis_server.url + FAST, namespace=namespace, ttl=5)
+    yield kit
+    kit.close()
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisServer]:
+    """A redis-server of this test's own, to stop, pause or restart."""
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def proxy(redis_server: RedisServer) -> Iterator[TcpProxy]:
+    with TcpProxy("127.0.0.1", redis_server.port) as p:
+        yield p
+
+
+class _Lost:
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.calls = 0
+
+    def __call__(self, lock: Lock) -> None:
+        self.calls += 1
+        self.event.set()
+
+
+# -- holder processes ------------------------------------------------------------------------
+
+
+def test_sigkilled_holder_frees_the_key_within_its_ttl(
+    redis_server: RedisServer, direct: LockKit, namespace: str
+) -> None:
+    holder = Holder(redis_server.url + FAST, namespace, "job", ttl=1.0, auto_renew=True)
+    try:
+        token, _ = holder.acquired()
+        assert direct.lock("job").acquire(blocking=False) is False
+        holder.signal(signal.SIGKILL)
+        killed = time.monotonic()
+        holder.proc.wait(5)
+        taker = direct.lock("job", timeout=3)
+        assert taker.acquire() is True
+        assert time.monotonic() - killed <= 1.0 + 1.0
+        assert taker.token is not None and taker.token > token
+        taker.release()
+    finally:
+        holder.close()
+
+
+def test_sigstopped_holder_loses_the_lock_and_finds_out_on_resume(
+    redis_server: RedisServer, direct: LockKit, namespace: str
+) -> None:
+    holder = Holder(redis_server.url + FAST, namespace, "job", ttl=1.0, auto_renew=True)
+    try:
+        token, owner = holder.acquired()
+        holder.signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        taker = direct.lock("job", timeout=3)
+        assert taker.acquire() is True, "the stopped holder's lease never ran out"
+        assert time.monotonic() - stopped <= 1.0 + 0.5
+        assert taker.token is not None and taker.token > token
+        holder.signal(signal.SIGCONT)
+        assert holder.answer("check") == "lost"
+        assert holder.answer("release") == "lost"
+        if "on_lost" not in holder.seen:
+            holder.expect("on_lost", timeout=2)
+        # The resumed holder neither renewed nor released the new owner's lock.
+        info = direct.admin.info("job")
+        assert info is not None and info.token == taker.token
+        assert not owner.startswith(info.owner_hint)
+        assert holder.answer("check") == "notowned"  # after the failed release it holds nothing
+        taker.release()
+    finally:
+        holder.close()
+
+
+# -- the server restarts, stops, hangs ---------------------------------------------------------
+
+
+def test_restarted_server_means_lost_lock_then_service_resumes(
+    own_server: RedisServer, namespace: str
+) -> None:
+    kit = LockKit(own_server.url + "?socket_timeout=0.5&socket_connect_timeout=0.5",
+                  namespace=namespace)
+    lost = _Lost()
+    try:
+        held = kit.lock("job", ttl=1.0, auto_renew=True, on_lost=lost)
+        assert held.acquire()
+        old_token = held.token
+        assert old_token is not None
+        own_server.restart()  # nothing persisted: the lock is gone from the server
+        restarted = time.monotonic()
+        assert lost.event.wait(1.0 + 1.0), "the holder was never told the lock was lost"
+        assert time.monotonic() - restarted <= 2.0
+        with pytest.raises(LockLost):
+            held.check()
+        with pytest.raises(LockLost):
+            held.release()
+        assert lost.calls == 1
+        again = kit.lock("job", timeout=2)
+        assert again.acquire() is True
+        assert again.token is not None and again.token > old_token
+        again.release()
+        other = LockKit(own_server.url, namespace=namespace)
+        with other.lock("other", timeout=2) as fresh:
+            assert fresh.token is not None and fresh.token > old_token
+        other.close()
+    finally:
+        kit.close()
+
+
+def test_stopped_server_raises_backend_unavailable_quickly(
+    own_server: RedisServer, namespace: str
+) -> None:
+    kit = LockKit(own_server.url + FAST, namespace=namespace, ttl=5)
+    try:
+        with kit.lock("warm"):
+            pass  # the pool now holds a connection that the stop will break
+        own_server.stop()
+        for attempt in (
+            lambda: kit.lock("k").acquire(blocking=False),
+            lambda: kit.lock("k", timeout=0.5).acquire(),
+            lambda: kit.lock("k").acquire(),  # waits forever for the lock, not for the server
+        ):
+            start = time.monotonic()
+            with pytest.raises(BackendUnavailable) as caught:
+                attempt()
+            assert time.monotonic() - start < 2.0
+            assert str(own_server.port) in str(caught.value)
+        start = time.monotonic()
+        with pytest.raises(BackendUnavailable), kit.lock("k", timeout=5):
+            pytest.fail("the body ran without the lock")
+        assert time.monotonic() - start < 2.0
+        with pytest.raises(BackendUnavailable):
+            kit.admin.info("k")
+        own_server.start()
+        with kit.lock("k", timeout=2) as held:
+            assert held.owned()
+    finally:
+        kit.close()
+
+
+def test_hung_server_raises_backend_unavailable_within_the_socket_timeout(
+    own_server: RedisServer, namespace: str
+) -> None:
+    kit = LockKit(own_server.url + FAST, namespace=namespace, ttl=1)
+    try:
+        with kit.lock("warm"):
+            pass
+        own_server.pause()
+        try:
+            start = time.monotonic()
+            with pytest.raises(BackendUnavailable):
+                kit.lock("k").acquire(blocking=False)
+            assert time.monotonic() - start < 1.0 + 0.6
+            start = time.monotonic()
+            with pytest.raises(BackendUnavailable):
+                kit.lock("k", timeout=0.5).acquire()
+            assert time.monotonic() - start < 0.5 + 1.0 + 0.6
+        finally:
+            own_server.resume()
+            resumed = time.monotonic()
+        # The server still runs the requests we gave up on, granting "k" to owners that never
+        # heard back: such a grant only lasts its 1 s ttl.
+        with kit.lock("k", timeout=2) as held:
+            assert held.owned()
+            assert time.monotonic() - resumed < 1.0 + 0.3
+    finally:
+        kit.close()
+
+
+# -- through the proxy -----------------------------------------------------------------------
+
+
+def test_partitioned_holder_knows_it_lost_before_anyone_else_takes_over(
+    proxy: TcpProxy, direct: LockKit, namespace: str
+) -> None:
+    far = LockKit(proxy.url_for("redis", 0, socket_timeout=0.3, socket_connect_timeout=0.3),
+                  namespace=namespace)
+    lost = _Lost()
+    stop = threading.Event()
+    try:
+        held = far.lock("p", ttl=1.0, auto_renew=True, on_lost=lost)
+        assert held.acquire()
+        lost_at: list[float] = []
+        slowest_check = 0.0
+
+        def watch() -> None:
+            nonlocal slowest_check
+            while not stop.is_set():
+                start = time.monotonic()
+                try:
+                    held.check()
+                except LockLost:
+                    lost_at.append(time.monotonic())
+                    return
+                finally:
+                    slowest_check = max(slowest_check, time.monotonic() - start)
+                time.sleep(0.01)
+
+        # check() is per handle, not per thread: a watcher thread may call it
+        watcher = threading.Thread(target=watch)
+        proxy.partition()
+        partitioned = time.monotonic()
+        watcher.start()
+        taker = direct.lock("p", timeout=3)
+        assert taker.acquire() is True
+        # Whoever takes over, the cut-off holder already knows, decided locally.
+        start = time.monotonic()
+        with pytest.raises(LockLost):
+            held.check()
+        assert time.monotonic() - start < 0.05
+        watcher.join(3)
+        stop.set()
+        assert lost_at, "check() never raised LockLost during the partition"
+        assert lost_at[0] - partitioned <= 1.0 + 0.1
+        assert slowest_check < 0.05, f"check() blocked for {slowest_check:.3f} s"
+        assert lost.event.wait(1.0)
+        assert held.token is not None and taker.token is not None
+        assert taker.token > held.token
+        proxy.heal()
+        with pytest.raises(LockLost):
+            held.release()
+        info = direct.admin.info("p")
+        assert info is not None and info.token == taker.token
+        taker.release()
+    finally:
+        stop.set()
+        far.close()
+
+
+@pytest.mark.parametrize("storm", [False, True], ids=["one-reset", "reset-storm"])
+def test_connection_reset_while_waiting_never_hangs_or_lies(
+    proxy: TcpProxy, direct: LockKit, namespace: str, storm: bool
+) -> None:
+    far = LockKit(proxy.url_for("redis", 0, socket_timeout=1, socket_connect_timeout=1),
+                  namespace=namespace, ttl=1.0)
+    holder = direct.lock("w", ttl=5)
+    assert holder.acquire()
+    outcome: dict[str, Any] = {}
+
+    def wait_for_it() -> None:
+        lock = far.lock("w", timeout=3)
+        try:
+            outcome["got"] = lock.acquire()
+        except BackendUnavailable as exc:
+            outcome["error"] = exc
+            return
+        if outcome["got"]:
+            outcome["owner"], outcome["token"] = lock.owner, lock.token
+            outcome["info"] = direct.admin.info("w")
+            lock.release()
+
+    waiter = threading.Thread(target=wait_for_it)
+    started = time.monotonic()
+    waiter.start()
+    try:
+        deadline = time.monotonic() + 2
+        while proxy.connections() < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the pooled connection and the release listener
+        time.sleep(0.1)
+        assert "got" not in outcome, "the waiter got a lock that was held"
+        proxy.reset()
+        if storm:
+            end = time.monotonic() + 0.6
+            while time.monotonic() < end:
+                time.sleep(0.05)
+                proxy.reset()
+        time.sleep(0.1)
+        holder.release()
+        waiter.join(3 + 1 + 2)
+        assert not waiter.is_alive(), "the waiter hung after the reset"
+    finally:
+        waiter.join(10)
+        far.close()
+    assert time.monotonic() - started < 3 + 1 + 1.5
+    if "error" in outcome:
+        assert "got" not in outcome
+    else:
+        assert outcome["got"] is True, "acquire() returned False although the key was released"
+        info = outcome["info"]
+        assert info is not None, "acquire() reported a lock the server does not hold"
+        assert outcome["owner"].startswith(info.owner_hint)
+        assert info.token == outcome["token"]
+        assert proxy.accepted > 2, "the reset did not cut the waiter's connections"
+    # Whatever happened, nothing is left held beyond the waiter's 1 s ttl.
+    with direct.lock("w", timeout=1.5) as after:
+        assert after.owned()
+
+
+def test_link_slower_than_the_ttl_never_reports_a_grant(
+    proxy: TcpProxy, direct: LockKit, namespace: str
+) -> None:
+    far = LockKit(proxy.url_for("redis", 0, socket_timeout=3, socket_connect_timeout=3),
+                  namespace=namespace)
+    try:
+        with far.lock("warm-up"):
+            pass  # connect and load the scripts while the link is fast
+        proxy.set_delay(0.3)  # 0.6 s round trip against a 0.2 s lease
+        for attempt in (
+            lambda: far.lock("slow", ttl=0.2).acquire(blocking=False),
+            lambda: far.lock("slow", ttl=0.2, timeout=0.5).acquire(),
+        ):
+            start = time.monotonic()
+            try:
+                got = attempt()
+            except BackendUnavailable as exc:
+                assert "slower than the TTL" in str(exc) or "0.2" in str(exc)
+            else:
+                assert got is False, "a grant that outlived its lease was reported as acquired"
+            returned = time.monotonic()
+            assert returned - start < 4.0
+            # Nothing is left held beyond the lease: the late grant was given back or expired.
+            free_by = returned + 0.2 + 0.1
+            while direct.admin.info("slow") is not None:
+                assert time.monotonic() < free_by, "the key stayed held past its ttl"
+                time.sleep(0.01)
+        # The same slow link is fine for a lease that outlasts the round trip.
+        with far.lock("slow", ttl=3.0, auto_renew=False, timeout=5) as held:
+            assert held.owned()
+            info = direct.admin.info("slow")
+            assert info is not None and info.token == held.token
+        proxy.set_delay(0)
+        with pytest.raises(LockTimeout), direct.lock("slow"), far.lock("slow", timeout=0.1):
+            pass
+    finally:
+        far.close()
+
+
+def test_proxy_reset_is_seen_as_an_outage_not_as_busy(
+    proxy: TcpProxy, namespace: str
+) -> None:
+    """While every connection is cut at once, acquire either works or raises."""
+    far = LockKit(proxy.url_for("redis", 0, socket_timeout=1, socket_connect_timeout=1),
+                  namespace=namespace, ttl=2)
+    try:
+        results: list[object] = []
+        for _ in range(5):
+            proxy.reset()
+            try:
+                lock = far.lock("r")
+                got = lock.acquire(blocking=False)
+                results.append(got)
+                if got:
+                    lock.release()
+            except BackendUnavailable as exc:
+                results.append(exc)
+        assert False not in results, "an outage was reported as a busy lock"
+        assert True in results, "a reconnect after a reset should work"
+    finally:
+        far.close()
+
