@@ -588,7 +588,8 @@ class LockKit:
                     valid_until = sent + lease.validity(ttl)
                     late = blocking and deadline is not None and timeout and now > deadline
                     if now >= valid_until or late:
-                        self._give_back(lock.full_key, owner)
+                        if lock._given_owner is None:  # an adopted lease is not ours to drop
+                            self._give_back(lock.full_key, owner)
                         if now >= valid_until:
                             too_slow = now - sent
                         else:

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +135,8 @@ def test_sigkilled_holder_frees_the_key_within_its_ttl(
         holder.proc.wait(5)
         taker = direct.lock("job", timeout=3)
         assert taker.acquire() is True
-        assert time.monotonic() - killed <= 1.0 + 1.0
+        waited = time.monotonic() - killed
+        assert waited <= 1.0 + 1.0, f"the key was free only {waited:.3f} s after the kill"
         assert taker.token is not None and taker.token > token
         taker.release()
     finally:
@@ -152,11 +153,12 @@ def test_sigstopped_holder_loses_the_lock_and_finds_out_on_resume(
         stopped = time.monotonic()
         taker = direct.lock("job", timeout=3)
         assert taker.acquire() is True, "the stopped holder's lease never ran out"
-        assert time.monotonic() - stopped <= 1.0 + 0.5
+        waited = time.monotonic() - stopped
+        assert waited <= 1.0 + 1.0, f"took {waited:.3f} s to take over a 1 s lease"
         assert taker.token is not None and taker.token > token
         holder.signal(signal.SIGCONT)
-        assert holder.answer("check") == "lost"
-        assert holder.answer("release") == "lost"
+        assert holder.answer("check") == "lost", holder.seen
+        assert holder.answer("release") == "lost", holder.seen
         if "on_lost" not in holder.seen:
             holder.expect("on_lost", timeout=2)
         # The resumed holder neither renewed nor released the new owner's lock.
@@ -212,11 +214,12 @@ def test_stopped_server_raises_backend_unavailable_quickly(
         with kit.lock("warm"):
             pass  # the pool now holds a connection that the stop will break
         own_server.stop()
-        for attempt in (
+        attempts: list[Callable[[], bool]] = [
             lambda: kit.lock("k").acquire(blocking=False),
             lambda: kit.lock("k", timeout=0.5).acquire(),
             lambda: kit.lock("k").acquire(),  # waits forever for the lock, not for the server
-        ):
+        ]
+        for attempt in attempts:
             start = time.monotonic()
             with pytest.raises(BackendUnavailable) as caught:
                 attempt()
@@ -392,15 +395,16 @@ def test_link_slower_than_the_ttl_never_reports_a_grant(
         with far.lock("warm-up"):
             pass  # connect and load the scripts while the link is fast
         proxy.set_delay(0.3)  # 0.6 s round trip against a 0.2 s lease
-        for attempt in (
+        attempts: list[Callable[[], bool]] = [
             lambda: far.lock("slow", ttl=0.2).acquire(blocking=False),
             lambda: far.lock("slow", ttl=0.2, timeout=0.5).acquire(),
-        ):
+        ]
+        for attempt in attempts:
             start = time.monotonic()
             try:
                 got = attempt()
             except BackendUnavailable as exc:
-                assert "slower than the TTL" in str(exc) or "0.2" in str(exc)
+                assert "slower than the TTL" in str(exc)
             else:
                 assert got is False, "a grant that outlived its lease was reported as acquired"
             returned = time.monotonic()

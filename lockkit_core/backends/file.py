@@ -4,7 +4,7 @@ Every operation is a short critical section on the key's file: ``flock(LOCK_EX)`
 record, decide, write it back, unlock. No flock is kept for the tenure: ownership lives in the
 record (owner token, expiry on CLOCK_MONOTONIC, holder pid), so a holder that is stopped
 (SIGSTOP, a debugger) is taken over once its TTL has passed, as on a server. A holder that
-crashed (SIGKILL, OOM killer) frees its keys at once, because its pid is gone; one that exits
+crashed (SIGKILL, OOM killer, os._exit) frees its keys at once, as its pid is gone; one that exits
 normally marks its records detached on the way out, so an owner token handed to another
 process (a Celery producer's lock) lives on until its TTL. The fencing counter stays in the
 file after release, so tokens increase per key for as long as the directory lives.

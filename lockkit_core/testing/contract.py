@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import queue
 import secrets
 import signal
 import threading
@@ -746,14 +747,21 @@ class LockContract:
         for p in procs:
             p.start()
         reports: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 180
         try:
-            for _ in procs:
-                reports.append(results.get(timeout=180))
+            while len(reports) < WORKERS and time.monotonic() < deadline:
+                try:
+                    reports.append(results.get(timeout=0.5))
+                except queue.Empty:
+                    if not any(p.is_alive() for p in procs) and results.empty():
+                        break  # a worker died without reporting
         finally:
             for p in procs:
                 p.join(10)
                 if p.is_alive():
                     p.kill()
+        codes = [p.exitcode for p in procs]
+        assert len(reports) == WORKERS, f"{len(reports)} of {WORKERS} reported; exit codes {codes}"
         errors = [r["error"] for r in reports if "error" in r]
         assert not errors, errors[0]
         assert len({r["pid"] for r in reports}) == WORKERS
