@@ -48,6 +48,8 @@ class Settings:
     hold: float = 0.0005
     many_cycles: int = 5000
     many_keys: int = 1000
+    #: uncontended cycles a library runs before the next one takes its turn
+    block: int = 100
 
     def as_dict(self) -> dict[str, Any]:
         """For the JSON report."""
@@ -68,57 +70,102 @@ def _isolated(cpu: int | None, func: Callable[..., T], *args: Any) -> T:
 # -- 1. uncontended -----------------------------------------------------------------------------
 
 
-def _uncontended_child(name: str, target: str, cycles: int, warmup: int) -> list[int]:
-    acquire, release = by_name(name).open(target)("bench:uncontended")
-    for _ in range(warmup):
-        if not acquire():
-            raise RuntimeError("acquire returned False on a free key")
-        release()
+def _uncontended_child(
+    names: Sequence[str], target: str, cycles: int, warmup: int, block: int
+) -> dict[str, list[int]]:
+    """Time ``cycles`` cycles per library, the libraries taking turns in blocks of ``block``
+    so that whatever slows this process down (the machine, the CPU it was given) slows
+    them alike."""
+    handles = [by_name(name).open(target)(f"bench:uncontended:{i}") for i, name in enumerate(names)]
+    for acquire, release in handles:
+        for _ in range(warmup):
+            if not acquire():
+                raise RuntimeError("acquire returned False on a free key")
+            release()
     clock = time.perf_counter_ns
-    samples = []
-    for _ in range(cycles):
-        started = clock()
-        if not acquire():
-            raise RuntimeError("acquire returned False on a free key")
-        release()
-        samples.append(clock() - started)
-    return samples
+    samples: list[list[int]] = [[] for _ in names]
+    done = 0
+    while done < cycles:
+        count = min(block, cycles - done)
+        turn = list(zip(handles, samples, strict=True))
+        for (acquire, release), out in turn if done // block % 2 == 0 else reversed(turn):
+            for _ in range(count):
+                started = clock()
+                if not acquire():
+                    raise RuntimeError("acquire returned False on a free key")
+                release()
+                out.append(clock() - started)
+        done += count
+    return dict(zip(names, samples, strict=True))
+
+
+def _latency(name: str, samples: Sequence[int]) -> Row:
+    micros = sorted(ns / 1000.0 for ns in samples)
+    return {
+        "library": name,
+        "cycles": len(micros),
+        "mean_us": sum(micros) / len(micros),
+        "p50_us": percentile(micros, 50),
+        "p99_us": percentile(micros, 99),
+    }
 
 
 def uncontended(
-    names: Sequence[str], fresh_target: FreshTarget, settings: Settings, cpu: int | None
+    names: Sequence[str],
+    baseline: str,
+    fresh_target: FreshTarget,
+    settings: Settings,
+    cpu: int | None,
 ) -> list[Row]:
-    """Per-cycle latency; rounds alternate the order of libraries so drift hits all alike."""
+    """Per-cycle latency. Each library runs paired with ``baseline`` in the same fresh
+    process, taking turns in blocks, so its ratio to the baseline is measured under the
+    same conditions; rounds alternate the order of libraries."""
     per_round = max(1, math.ceil(settings.cycles / settings.rounds))
-    samples: dict[str, list[int]] = {name: [] for name in names}
+    others = [name for name in names if name != baseline]
+    partner = [baseline] if baseline in names else []
+    ours: dict[str, list[int]] = {name: [] for name in names}
+    paired: dict[str, list[int]] = {name: [] for name in others}
     errors: dict[str, str] = {}
     for round_no in range(settings.rounds):
-        order = names if round_no % 2 == 0 else list(reversed(names))
-        for name in order:
+        order = others if round_no % 2 == 0 else others[::-1]
+        for name in order or partner:
             if name in errors:
                 continue
             _progress(f"uncontended  round {round_no + 1}/{settings.rounds}  {name}")
+            group = [name, *partner] if name != baseline else partner
             try:
-                samples[name] += _isolated(
-                    cpu, _uncontended_child, name, fresh_target(), per_round, settings.warmup
+                found = _isolated(
+                    cpu,
+                    _uncontended_child,
+                    group,
+                    fresh_target(),
+                    per_round,
+                    settings.warmup,
+                    settings.block,
                 )
             except Exception as exc:
                 errors[name] = _describe(exc)
+                continue
+            ours[name] += found[name]
+            if partner and name != baseline:
+                ours[baseline] += found[baseline]
+                paired[name] += found[baseline]
     rows: list[Row] = []
     for name in names:
-        if name in errors:
-            rows.append({"library": name, "error": errors[name]})
+        if name in errors or not ours[name]:
+            rows.append({"library": name, "error": errors.get(name, "no samples")})
             continue
-        micros = sorted(ns / 1000.0 for ns in samples[name])
-        rows.append(
-            {
-                "library": name,
-                "cycles": len(micros),
-                "mean_us": sum(micros) / len(micros),
-                "p50_us": percentile(micros, 50),
-                "p99_us": percentile(micros, 99),
-            }
-        )
+        row = _latency(name, ours[name])
+        base = _latency(baseline, paired[name]) if paired.get(name) else None
+        if name == baseline:
+            row.update(ratio_mean=1.0, ratio_p50=1.0)
+        elif base is not None:
+            row.update(
+                ratio_mean=row["mean_us"] / base["mean_us"],
+                ratio_p50=row["p50_us"] / base["p50_us"],
+                base_mean_us=base["mean_us"],
+            )
+        rows.append(row)
     return rows
 
 

@@ -178,18 +178,18 @@ def test_ttl_must_be_a_positive_number(kit: LockKit, ttl: Any) -> None:
 
 @pytest.mark.parametrize("timeout", [-0.5, math.nan, math.inf, "5", True])
 def test_timeout_must_be_a_positive_number_or_none(kit: LockKit, timeout: Any) -> None:
-    with pytest.raises(ConfigError, match="timeout must be a positive number of seconds"):
+    with pytest.raises(ConfigError, match=r"timeout must be a .*number of seconds"):
         kit.lock("k", timeout=timeout)
-    with pytest.raises(ConfigError, match="timeout must be a positive number of seconds"):
+    with pytest.raises(ConfigError, match=r"timeout must be a .*number of seconds"):
         kit.lock("k").acquire(timeout=timeout)
 
 
 def test_acquire_rejects_a_bool_timeout(kit: LockKit) -> None:
     # acquire(timeout=False) must not quietly mean "do not wait": kit.lock(timeout=False)
     # is refused already.
-    with pytest.raises(ConfigError, match="timeout must be a positive number of seconds"):
+    with pytest.raises(ConfigError, match=r"timeout must be a .*number of seconds"):
         kit.lock("k", timeout=False)
-    with pytest.raises(ConfigError, match="timeout must be a positive number of seconds"):
+    with pytest.raises(ConfigError, match=r"timeout must be a .*number of seconds"):
         kit.lock("k").acquire(timeout=False)
 
 

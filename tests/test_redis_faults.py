@@ -426,6 +426,27 @@ def test_link_slower_than_the_ttl_never_reports_a_grant(
         far.close()
 
 
+def test_timeout_is_honoured_on_a_slow_link(
+    proxy: TcpProxy, direct: LockKit, namespace: str
+) -> None:
+    """A waiter's first wait (which starts the release listener) keeps the caller's timeout:
+    at most the timeout plus the round trips of the attempts in flight."""
+    far = LockKit(proxy.url_for("redis", 0, socket_timeout=3, socket_connect_timeout=3),
+                  namespace=namespace)
+    try:
+        with far.lock("warm-up"):
+            pass  # the command connection exists; the release listener does not yet
+        proxy.set_delay(0.1)  # 0.2 s round trip, well inside every lease here
+        with direct.lock("busy"):
+            for _ in range(2):
+                start = time.monotonic()
+                assert far.lock("busy", timeout=0.3).acquire() is False
+                elapsed = time.monotonic() - start
+                assert elapsed < 0.3 + 2 * 0.2, f"timeout=0.3 returned after {elapsed:.3f} s"
+    finally:
+        far.close()
+
+
 def test_proxy_reset_is_seen_as_an_outage_not_as_busy(
     proxy: TcpProxy, namespace: str
 ) -> None:

@@ -117,7 +117,8 @@ class _Listener:
             while not self._closed:
                 try:
                     if pubsub is None:
-                        pubsub = self._backend.client.pubsub()  # type: ignore[no-untyped-call]
+                        client = self._backend.listener_client
+                        pubsub = client.pubsub()  # type: ignore[no-untyped-call]
                         pubsub.psubscribe(_PATTERN)
                     message = pubsub.get_message(timeout=0.5)
                 except Exception as exc:  # any failure: drop the connection, wake, reconnect
@@ -228,7 +229,15 @@ class RedisBackend(Backend):
         from redis.retry import Retry
 
         self._redis = redis_module
-        kwargs: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
+        kwargs: dict[str, Any] = {
+            "socket_timeout": 5.0,
+            "socket_connect_timeout": 5.0,
+            # RESP2 and no CLIENT SETINFO: a new connection (after a restart, or for the
+            # listener) costs one round trip less than four.
+            "protocol": 2,
+            "lib_name": None,
+            "lib_version": None,
+        }
         kwargs.update(self.options)
         # No driver retries: they would stretch the caller's timeout. We retry idempotent
         # calls once ourselves (see _call).
@@ -239,6 +248,9 @@ class RedisBackend(Backend):
         bare = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
         try:
             self.client: redis.Redis = redis_module.Redis.from_url(bare, **kwargs)
+            # The release listener has a pool of its own: taking a warm connection from the
+            # command pool would make the next attempt open (and handshake) a new one.
+            self.listener_client: redis.Redis = redis_module.Redis.from_url(bare, **kwargs)
         except (ValueError, TypeError) as exc:
             from ..errors import ConfigError
 
@@ -386,6 +398,7 @@ class RedisBackend(Backend):
     def close(self) -> None:
         self._listener.close()
         self.client.close()
+        self.listener_client.close()
 
 
 def _glob_escape(text: str) -> str:
