@@ -17,6 +17,7 @@ if lost), and the channel ``lockkit:{...}:released``.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import random
@@ -235,9 +236,11 @@ class RedisBackend(Backend):
             # RESP2 and no CLIENT SETINFO: a new connection (after a restart, or for the
             # listener) costs one round trip less than four.
             "protocol": 2,
-            "lib_name": None,
-            "lib_version": None,
         }
+        if "driver_info" in inspect.signature(redis_module.Redis.__init__).parameters:
+            kwargs["driver_info"] = None
+        else:  # redis-py before 7
+            kwargs.update(lib_name=None, lib_version=None)
         kwargs.update(self.options)
         # No driver retries: they would stretch the caller's timeout. We retry idempotent
         # calls once ourselves (see _call).
