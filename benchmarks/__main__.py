@@ -8,6 +8,7 @@ scenario and family with the libraries side by side, then lockkit's targets.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 import time
@@ -31,7 +32,11 @@ QUICK = Settings(cycles=500, rounds=1, warmup=50, seconds=1.0, many_cycles=1000,
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="scripts/bench",
+        description="lockkit against peer lock libraries on the same pinned redis-server "
+        "and file system: three scenarios, one table each, then lockkit's targets.",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: few cycles, 1 s")
     parser.add_argument("--only", choices=("redis", "file"), help="one family of contenders")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
@@ -52,7 +57,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         )
         if value is not None
     }
-    return Settings(**{**base.as_dict(), **changes})
+    return dataclasses.replace(base, **changes)
 
 
 def _redis_target(stack: ExitStack, cpu: int | None) -> tuple[FreshTarget, str]:
@@ -105,7 +110,7 @@ def _tables(family: Family, rows: dict[str, list[dict[str, Any]]], s: Settings) 
     return [
         report.render_table(
             f"[{family}] 1. uncontended acquire+release, one key, one process: "
-            f"{s.rounds} rounds x {per_round:,} cycles after {s.warmup} warm-up; each library "
+            f"{s.rounds} round(s) of {per_round:,} cycles after {s.warmup} warm-up; each library "
             f"runs in fresh processes taking turns with {base} (blocks of {s.block}), "
             "x base = vs that base in the same processes",
             report.UNCONTENDED,
@@ -162,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "lockkit benchmarks",
         f"machine    nproc {facts['nproc']}, {facts['cpu']}, {facts['os']}, {facts['python']}",
         *(f"{family:<10} {store}" for family, store in stores.items()),
-        f"pinning    {pinning.note}",
+        f"pinning    {pinning.describe(with_server='redis' in families)}",
         "libraries  " + ", ".join(f"{name} {version}" for name, version in versions.items()),
         f"leases     ttl {TTL:g} s for every library; blocking acquires with each library's "
         "default way of waiting",

@@ -34,6 +34,12 @@ class Pinning:
     client_cpu: int | None
     note: str
 
+    def describe(self, with_server: bool) -> str:
+        """The header line: what was pinned where (the server only if one was started)."""
+        if self.client_cpu is None or with_server:
+            return self.note
+        return f"every client process on CPU {self.client_cpu}"
+
 
 def choose_pinning() -> Pinning:
     """Server on the first CPU this process may use, clients on the second; say so if not."""

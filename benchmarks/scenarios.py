@@ -1,7 +1,8 @@
 """The three scenarios. Each measurement runs in fresh "spawn" processes pinned to the client
 CPU, so no library inherits another's threads, connections or garbage.
 
-1. ``uncontended``: acquire+release of one key in one process, timed per cycle.
+1. ``uncontended``: acquire+release of one key in one process, timed per cycle; each library
+   shares its processes with the family's baseline only, the two taking turns in blocks.
 2. ``contention``: N processes take turns on one key, each holding it ``hold`` seconds
    (a busy-wait, so the holder really occupies its CPU).
 3. ``many_keys``: acquire+release cycles spread over many keys, a fresh handle per cycle.
@@ -24,7 +25,7 @@ from .contenders import by_name
 from .machine import pin_self
 from .stats import Section, percentile, section_stats
 
-__all__ = ["Settings", "contention", "many_keys", "uncontended"]
+__all__ = ["FreshTarget", "Settings", "contention", "many_keys", "uncontended"]
 
 T = TypeVar("T")
 Row = dict[str, Any]
