@@ -578,38 +578,52 @@ class LockKit:
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
         waiter = None
+        acquired = False
         too_slow: float | None = None
         try:
             while True:
                 sent = time.monotonic()
                 grant: Grant = backend.try_acquire(lock.full_key, owner, ttl)
-                now = time.monotonic()
-                if grant.acquired:
-                    valid_until = sent + lease.validity(ttl)
-                    late = blocking and deadline is not None and timeout and now > deadline
-                    if now >= valid_until or late:
-                        if lock._given_owner is None:  # an adopted lease is not ours to drop
-                            self._give_back(lock.full_key, owner)
-                        if now >= valid_until:
-                            too_slow = now - sent
+                while True:
+                    now = time.monotonic()
+                    if grant.acquired:
+                        if grant.since is not None:
+                            sent = grant.since
+                            if now - sent > ttl / 10:
+                                # Handed over long after we queued: confirm, so the lease
+                                # is measured from a recent request, not from the queueing.
+                                break
+                        valid_until = sent + lease.validity(ttl)
+                        late = blocking and deadline is not None and timeout and now > deadline
+                        if now >= valid_until or late:
+                            if lock._given_owner is None and waiter is None:
+                                self._give_back(lock.full_key, owner)
+                            if now >= valid_until:
+                                too_slow = now - sent
+                            else:
+                                return None
                         else:
-                            return None
-                    else:
-                        return self._register(lock, owner, grant.token, valid_until)
-                if not blocking:
+                            acquired = True
+                            return self._register(lock, owner, grant.token, valid_until)
+                    if not blocking:
+                        break
+                    remaining = None if deadline is None else deadline - now
+                    if remaining is not None and remaining <= 0:
+                        break
+                    if waiter is None:
+                        # Register before the next attempt so a release in between wakes us.
+                        waiter = backend.waiter(lock.full_key, owner, lock.fair)
+                        break
+                    retry_after = grant.retry_after if too_slow is None else lease.MIN_WAIT * 10
+                    handed = waiter.wait(lease.next_wait(retry_after, remaining))
+                    if handed is None:
+                        break
+                    grant = handed
+                if not blocking or (deadline is not None and time.monotonic() >= deadline):
                     break
-                remaining = None if deadline is None else deadline - now
-                if remaining is not None and remaining <= 0:
-                    break
-                if waiter is None:
-                    # Register before the next attempt so a release in between wakes us.
-                    waiter = backend.waiter(lock.full_key, owner, lock.fair)
-                    continue
-                retry_after = grant.retry_after if too_slow is None else lease.MIN_WAIT * 10
-                waiter.wait(lease.next_wait(retry_after, remaining))
         finally:
             if waiter is not None:
-                waiter.close()
+                waiter.close(acquired)
         if too_slow is not None:
             raise BackendUnavailable(
                 f"the grant of {lock.key!r} took {too_slow:.3f} s to arrive, past its "

@@ -64,12 +64,14 @@ class Grant:
     """The answer to one acquisition attempt.
 
     ``token`` is the fencing token when ``acquired`` (None if the backend has none);
-    ``retry_after`` is the holder's remaining lease in seconds when busy (None: unknown).
+    ``retry_after`` is the holder's remaining lease in seconds when busy (None: unknown);
+    ``since`` (monotonic) is set on a grant handed to a waiter: the lease began after it.
     """
 
     acquired: bool
     token: int | None = None
     retry_after: float | None = None
+    since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -86,14 +88,20 @@ class Lease:
 
 
 class Waiter(ABC):
-    """A registration to be woken when a key may have become free."""
+    """A registration to be woken when a key may have become free.
+
+    A store that queues waiters may hand the lock straight to one while it waits: ``wait()``
+    then returns that grant, with ``since`` set to a time before the hand-over happened.
+    """
 
     @abstractmethod
-    def wait(self, timeout: float) -> None:
-        """Return after ``timeout`` seconds at the latest, earlier if the key was released."""
+    def wait(self, timeout: float) -> Grant | None:
+        """Return after ``timeout`` seconds at the latest, earlier if the key was released;
+        a :class:`Grant` if the store handed the lock to this waiter."""
 
-    def close(self) -> None:
-        """Drop the registration."""
+    def close(self, acquired: bool) -> None:
+        """Drop the registration. With ``acquired=False`` the caller gave up: a lock handed
+        to it meanwhile must be passed on, not kept."""
 
 
 class SleepWaiter(Waiter):
@@ -103,11 +111,12 @@ class SleepWaiter(Waiter):
         self._delay = first
         self._cap = cap
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float) -> Grant | None:
         delay = min(timeout, self._delay * random.uniform(0.5, 1.5))
         self._delay = min(self._cap, self._delay * 2)
         if delay > 0:
             time.sleep(delay)
+        return None
 
 
 class Backend(ABC):

@@ -55,11 +55,12 @@ class _MemoryWaiter(Waiter):
             with self._store.cond:
                 self._store.entries.setdefault(key, _Entry()).queue.append(owner)
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float) -> Grant | None:
         with self._store.cond:
             self._store.cond.wait(timeout)
+        return None
 
-    def close(self) -> None:
+    def close(self, acquired: bool) -> None:
         if not self._fair:
             return
         with self._store.cond:

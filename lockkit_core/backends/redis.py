@@ -3,16 +3,20 @@
 Every operation is one round trip: a Lua script (``lua/*.lua``, loaded once and run by
 EVALSHA, reloaded on NOSCRIPT) that compares the owner token and acts atomically.
 
-Waiting uses pub/sub, not polling: a release publishes on the key's channel, and one listener
-thread per backend wakes the threads waiting on that key. Each wait is still bounded by the
-holder's remaining lease, so a lost notice (listener reconnecting, holder crashed) costs at
-most that long, and the listener's health is tracked so waiters fall back to short backoff
-while it is down.
+Waiting is a queue, not polling and not a stampede: a blocking caller that finds the key busy
+joins the key's queue in the same script call; a release hands the lock straight to the oldest
+live waiter (with a new fencing token) and publishes ``<owner>|<token>`` on the key's channel.
+One listener thread per backend receives those notices and wakes only the waiter named, which
+can start at once: the lock is already its own. So waiters are served in arrival order
+(``fair=True`` comes for free), and a hand-over costs no extra round trip. Each wait is still
+bounded by the holder's remaining lease, so a lost notice costs at most that long, and while
+the listener is reconnecting waiters fall back to short backoff.
 
-The stored keys are ``lockkit:{<namespace>:<key>}`` (the braces keep future cluster slots
-together), the counter ``lockkit:fence`` (one per database, so tokens strictly increase per
-key and no per-key counter is left behind; it restarts from the server clock in microseconds
-if lost), and the channel ``lockkit:{...}:released``.
+The stored keys are ``lockkit:{<namespace>:<key>}`` with ``:q`` and ``:e`` beside it for the
+queue (the braces keep them in one cluster slot), the counter ``lockkit:fence`` (one per
+database, so tokens strictly increase per key and no per-key counter is left behind; it
+restarts from the server clock in microseconds if lost), and the channel
+``lockkit:{...}:released``.
 """
 
 from __future__ import annotations
@@ -49,7 +53,11 @@ _PATTERN = "lockkit:{*}:released"
 
 
 def _script(name: str) -> str:
-    return resources.files("lockkit_core.backends").joinpath(f"lua/{name}.lua").read_text()
+    lua = resources.files("lockkit_core.backends").joinpath("lua")
+    body = lua.joinpath(f"{name}.lua").read_text()
+    if name == "extend":
+        return body
+    return lua.joinpath("handoff.lua").read_text() + "\n" + body
 
 
 def _lock_key(full_key: str) -> str:
@@ -58,6 +66,10 @@ def _lock_key(full_key: str) -> str:
 
 def _channel(lock_key: str) -> str:
     return lock_key + ":released"
+
+
+def _keys(lock_key: str) -> list[str]:
+    return [lock_key, FENCE_KEY, lock_key + ":q", lock_key + ":e"]
 
 
 class _Listener:
@@ -71,7 +83,7 @@ class _Listener:
         self._backend = backend
         self._idle = idle
         self._lock = threading.Lock()
-        self._waiters: dict[str, set[threading.Event]] = {}
+        self._waiters: dict[str, set[_RedisWaiter]] = {}
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()  # subscribed and reading
         self._closed = False
@@ -80,35 +92,42 @@ class _Listener:
     def healthy(self) -> bool:
         return self._ready.is_set()
 
-    def register(self, channel: str, event: threading.Event) -> None:
+    def register(self, channel: str, waiter: _RedisWaiter) -> None:
         with self._lock:
-            self._waiters.setdefault(channel, set()).add(event)
+            self._waiters.setdefault(channel, set()).add(waiter)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="lockkit-redis-listener", daemon=True
                 )
                 self._thread.start()
 
-    def unregister(self, channel: str, event: threading.Event) -> None:
+    def unregister(self, channel: str, waiter: _RedisWaiter) -> None:
         with self._lock:
-            events = self._waiters.get(channel)
-            if events is not None:
-                events.discard(event)
-                if not events:
+            waiters = self._waiters.get(channel)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
                     del self._waiters[channel]
 
     def wait_ready(self, timeout: float) -> bool:
         return self._ready.wait(timeout)
 
-    def _wake(self, channel: str | None) -> None:
+    def _wake(self, channel: str | None, payload: str = "") -> None:
+        """Wake the waiters of ``channel`` (None: all). A payload ``<owner>|<token>`` says
+        the lock was handed to that owner: only its waiter wakes, the others keep waiting."""
+        owner, _, token = payload.partition("|")
         with self._lock:
             if channel is None:
                 groups = list(self._waiters.values())
             else:
                 groups = [self._waiters.get(channel, set())]
-            for events in groups:
-                for event in events:
-                    event.set()
+            for waiters in groups:
+                for waiter in waiters:
+                    if not owner:
+                        waiter.event.set()
+                    elif waiter.owner == owner:
+                        waiter.handed = int(token)
+                        waiter.event.set()
 
     def _run(self) -> None:
         backoff = 0.05
@@ -143,8 +162,7 @@ class _Listener:
                         self._ready.set()
                         self._wake(None)  # anything released while we were away
                     elif kind == "pmessage":
-                        channel = message["channel"]
-                        self._wake(channel.decode() if isinstance(channel, bytes) else channel)
+                        self._wake(_text(message["channel"]), _text(message["data"]))
                 with self._lock:
                     if self._waiters:
                         idle_since = time.monotonic()
@@ -160,6 +178,10 @@ class _Listener:
         self._closed = True
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def _quiet_close(pubsub: PubSub) -> None:
     try:
         pubsub.close()
@@ -168,28 +190,41 @@ def _quiet_close(pubsub: PubSub) -> None:
 
 
 class _RedisWaiter(Waiter):
-    """Woken by the release notice for one key; short backoff while the listener is down."""
+    """Queued for one key: woken by the notice that hands it the lock, or that frees it."""
 
-    def __init__(self, listener: _Listener, channel: str, ready_timeout: float) -> None:
-        self._listener = listener
-        self._channel = channel
-        self._event = threading.Event()
+    def __init__(self, backend: RedisBackend, key: str, owner: str) -> None:
+        self._backend = backend
+        self._listener = backend._listener
+        self.key = key
+        self.owner = owner
+        self.channel = _channel(_lock_key(key))
+        self.event = threading.Event()
+        self.handed: int | None = None
+        self.queued_at: float | None = None  # send time of the first attempt that queued us
         self._backoff = 0.002
-        listener.register(channel, self._event)
-        # The attempt that follows must come after the subscription, or a release in
+        backend._queued[(key, owner)] = self
+        self._listener.register(self.channel, self)
+        # The attempt that follows must come after the subscription, or a hand-over in
         # between would go unnoticed until the holder's lease ran out. Until the listener
         # is subscribed, wait() falls back to short backoff, so this wait stays short.
-        listener.wait_ready(ready_timeout)
+        self._listener.wait_ready(0.05)
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float) -> Grant | None:
         if not self._listener.healthy:
             timeout = min(timeout, self._backoff * random.uniform(0.5, 1.5))
             self._backoff = min(0.1, self._backoff * 2)
-        self._event.wait(timeout)
-        self._event.clear()
+        self.event.wait(timeout)
+        self.event.clear()
+        token, self.handed = self.handed, None
+        if token is None or self.queued_at is None:
+            return None
+        return Grant(True, token, since=self.queued_at)
 
-    def close(self) -> None:
-        self._listener.unregister(self._channel, self._event)
+    def close(self, acquired: bool) -> None:
+        self._listener.unregister(self.channel, self)
+        self._backend._queued.pop((self.key, self.owner), None)
+        if not acquired and self.queued_at is not None:
+            self._backend._leave(self.key, self.owner)
 
 
 class RedisBackend(Backend):
@@ -201,6 +236,7 @@ class RedisBackend(Backend):
     capabilities: ClassVar[Capability] = (
         Capability.TTL
         | Capability.FENCING
+        | Capability.FAIR
         | Capability.NOTIFY
         | Capability.CROSS_PROCESS
         | Capability.CROSS_HOST
@@ -262,6 +298,8 @@ class RedisBackend(Backend):
         self._release = self.client.register_script(_script("release"))
         self._extend = self.client.register_script(_script("extend"))
         self._force_release = self.client.register_script(_script("force_release"))
+        self._leave_script = self.client.register_script(_script("leave"))
+        self._queued: dict[tuple[str, str], _RedisWaiter] = {}
         self._holder = f"{socket.gethostname()} pid "
         self._listener = _Listener(self)
 
@@ -303,13 +341,20 @@ class RedisBackend(Backend):
         lock_key = _lock_key(key)
         ms = max(1, int(ttl * 1000))
         holder = self._holder + str(os.getpid())
+        waiter = self._queued.get((key, owner))
+        queue = "1" if waiter is not None else "0"
+        sent = time.monotonic()
         granted, value = self._call(
             f"acquire {key!r}",
-            lambda: self._acquire(keys=[lock_key, FENCE_KEY], args=[owner, ms, holder]),
+            lambda: self._acquire(
+                keys=_keys(lock_key), args=[owner, ms, holder, queue, _channel(lock_key)]
+            ),
             retry=True,
         )
         if granted:
             return Grant(True, int(value))
+        if waiter is not None and waiter.queued_at is None:
+            waiter.queued_at = sent
         pttl = int(value)
         return Grant(False, retry_after=pttl / 1000.0 if pttl > 0 else None)
 
@@ -317,9 +362,17 @@ class RedisBackend(Backend):
         lock_key = _lock_key(key)
         done = self._call(
             f"release {key!r}",
-            lambda: self._release(keys=[lock_key], args=[owner, _channel(lock_key)]),
+            lambda: self._release(keys=_keys(lock_key), args=[owner, _channel(lock_key)]),
         )
         return bool(done)
+
+    def _leave(self, key: str, owner: str) -> None:
+        lock_key = _lock_key(key)
+        self._call(
+            f"leave the queue of {key!r}",
+            lambda: self._leave_script(keys=_keys(lock_key), args=[owner, _channel(lock_key)]),
+            retry=True,
+        )
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
         lock_key = _lock_key(key)
@@ -330,7 +383,7 @@ class RedisBackend(Backend):
         return bool(done)
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
-        return _RedisWaiter(self._listener, _channel(_lock_key(key)), 0.05)
+        return _RedisWaiter(self, key, owner)
 
     # -- admin --------------------------------------------------------------------------------
 
@@ -387,7 +440,7 @@ class RedisBackend(Backend):
         lock_key = _lock_key(key)
         done = self._call(
             f"force-release {key!r}",
-            lambda: self._force_release(keys=[lock_key], args=[_channel(lock_key)]),
+            lambda: self._force_release(keys=_keys(lock_key), args=[_channel(lock_key)]),
         )
         return bool(done)
 

@@ -1,25 +1,47 @@
 -- Take a lock if it is free, and stamp the grant with a fencing token.
--- KEYS[1]  the lock key              KEYS[2]  the fencing counter (one per database)
--- ARGV[1]  owner token (32 hex)      ARGV[2]  lease in milliseconds
--- ARGV[3]  holder description (host and pid, for the admin view)
--- Value stored at KEYS[1]: "<owner>|<token>|<holder>".
+-- KEYS[1] L, KEYS[2] F, KEYS[3] Q, KEYS[4] E (see the prelude)
+-- ARGV[1] owner token (32 hex)   ARGV[2] lease in ms   ARGV[3] holder (host and pid)
+-- ARGV[4] 1 to join the queue if busy (a blocking caller), else 0   ARGV[5] channel
 -- Returns {1, token} when granted, also when ARGV[1] already holds the key (the answer to an
--- earlier attempt was lost on the way back: the lease is renewed, the token stays);
--- {0, pttl} when another owner holds it, pttl being its remaining lease in ms.
--- A missing counter (new database, or a restart that lost the data) starts from the server's
--- clock in microseconds, so tokens keep increasing across such a restart.
-local current = redis.call('get', KEYS[1])
-if not current then
-  if redis.call('exists', KEYS[2]) == 0 then
-    local now = redis.call('time')
-    redis.call('set', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
+-- earlier attempt was lost, or the lock was handed to us: the lease is renewed, the token
+-- stays); {0, pttl} when another owner holds it, pttl being its remaining lease in ms.
+local L, F, Q, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local owner, lease, holder = ARGV[1], ARGV[2], ARGV[3]
+
+local function join()
+  if ARGV[4] == '1' then
+    redis.call('zadd', Q, 'nx', now_us(), owner)
+    local expires = math.floor(now_us() / 1000) + 2 * tonumber(lease)
+    redis.call('hset', E, owner, string.format('%.0f', expires) .. '|' .. lease .. '|' .. holder)
+    for _, k in ipairs({Q, E}) do
+      if redis.call('pttl', k) < 2 * tonumber(lease) then
+        redis.call('pexpire', k, 2 * tonumber(lease))
+      end
+    end
   end
-  local token = redis.call('incr', KEYS[2])
-  redis.call('set', KEYS[1], ARGV[1] .. '|' .. string.format('%.0f', token) .. '|' .. ARGV[3], 'px', ARGV[2])
-  return {1, token}
 end
-if string.sub(current, 1, 32) == ARGV[1] then
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, tonumber(string.match(current, '^[^|]*|(%d+)'))}
+
+local current = redis.call('get', L)
+if current then
+  if string.sub(current, 1, 32) == owner then
+    redis.call('pexpire', L, lease)
+    return {1, string.match(current, '^[^|]*|(%d+)')}
+  end
+  join()
+  return {0, redis.call('pttl', L)}
 end
-return {0, redis.call('pttl', KEYS[1])}
+if redis.call('exists', Q) == 1 then
+  -- Expired without a release while others queue: serve them in order. A queued caller
+  -- keeps its place; a new blocking one joins at the tail; a non-blocking one only looks.
+  join()
+  local to, token = hand_over(L, Q, E, F, ARGV[5])
+  if to == owner then
+    return {1, token}
+  end
+  if to then
+    return {0, redis.call('pttl', L)}
+  end
+end
+local token = next_token(F)
+redis.call('set', L, owner .. '|' .. token .. '|' .. holder, 'px', lease)
+return {1, token}
