@@ -581,6 +581,8 @@ class LockKit:
         acquired = False
         too_slow: float | None = None
         try:
+            if blocking and backend.queue_first():
+                waiter = backend.waiter(lock.full_key, owner, lock.fair)
             while True:
                 sent = time.monotonic()
                 grant: Grant = backend.try_acquire(lock.full_key, owner, ttl)

@@ -178,6 +178,11 @@ class Backend(ABC):
         precedes the wait, so that a release in between is not missed."""
         return SleepWaiter()
 
+    def queue_first(self) -> bool:
+        """True if a blocking caller should get its waiter before its first attempt (a store
+        that queues waiters then needs no second attempt to queue it)."""
+        return False
+
     # -- admin -------------------------------------------------------------------------------
 
     @abstractmethod

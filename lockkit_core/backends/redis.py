@@ -5,18 +5,19 @@ EVALSHA, reloaded on NOSCRIPT) that compares the owner token and acts atomically
 
 Waiting is a queue, not polling and not a stampede: a blocking caller that finds the key busy
 joins the key's queue in the same script call; a release hands the lock straight to the oldest
-live waiter (with a new fencing token) and publishes ``<owner>|<token>`` on the key's channel.
-One listener thread per backend receives those notices and wakes only the waiter named, which
-can start at once: the lock is already its own. So waiters are served in arrival order
-(``fair=True`` comes for free), and a hand-over costs no extra round trip. Each wait is still
-bounded by the holder's remaining lease, so a lost notice costs at most that long, and while
-the listener is reconnecting waiters fall back to short backoff.
+live waiter (with a new fencing token) and publishes ``<owner>|<token>`` on that waiter's
+process channel only. One listener thread per backend, subscribed to its own channel, wakes
+the waiter named, which can start at once: the lock is already its own. So waiters are
+served in arrival order (``fair=True`` comes for free), and a hand-over costs no extra round
+trip and wakes no other process. Each wait is still bounded by the holder's remaining
+lease, so a lost notice costs at most that long, and while the listener is reconnecting
+waiters fall back to short backoff.
 
 The stored keys are ``lockkit:{<namespace>:<key>}`` with ``:q`` and ``:e`` beside it for the
 queue (the braces keep them in one cluster slot), the counter ``lockkit:fence`` (one per
 database, so tokens strictly increase per key and no per-key counter is left behind; it
-restarts from the server clock in microseconds if lost), and the channel
-``lockkit:{...}:released``.
+restarts from the server clock in microseconds if lost), and one notice channel per waiting
+process, ``lockkit:w:<random>``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import inspect
 import logging
 import os
 import random
+import secrets
 import socket
 import threading
 import time
@@ -49,7 +51,6 @@ T = TypeVar("T")
 
 PREFIX = "lockkit:{"
 FENCE_KEY = "lockkit:fence"
-_PATTERN = "lockkit:{*}:released"
 
 
 def _script(name: str) -> str:
@@ -64,26 +65,23 @@ def _lock_key(full_key: str) -> str:
     return PREFIX + full_key + "}"
 
 
-def _channel(lock_key: str) -> str:
-    return lock_key + ":released"
-
-
 def _keys(lock_key: str) -> list[str]:
     return [lock_key, FENCE_KEY, lock_key + ":q", lock_key + ":e"]
 
 
 class _Listener:
-    """One pub/sub connection per backend, pattern-subscribed to every release channel.
+    """One pub/sub connection per backend, subscribed to a channel of its own on which the
+    store tells this process that a lock was handed to one of its waiters.
 
-    It runs only while someone waits (it stops after ``idle`` seconds without waiters), so a
-    process that never waits never receives release notices.
+    It runs only while someone waits (it stops after ``idle`` seconds without waiters).
     """
 
     def __init__(self, backend: RedisBackend, idle: float = 30.0) -> None:
         self._backend = backend
         self._idle = idle
         self._lock = threading.Lock()
-        self._waiters: dict[str, set[_RedisWaiter]] = {}
+        self.channel = "lockkit:w:" + secrets.token_hex(8)
+        self._waiters: dict[str, _RedisWaiter] = {}  # by owner token
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()  # subscribed and reading
         self._closed = False
@@ -92,42 +90,36 @@ class _Listener:
     def healthy(self) -> bool:
         return self._ready.is_set()
 
-    def register(self, channel: str, waiter: _RedisWaiter) -> None:
+    def register(self, waiter: _RedisWaiter) -> None:
         with self._lock:
-            self._waiters.setdefault(channel, set()).add(waiter)
+            self._waiters[waiter.owner] = waiter
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="lockkit-redis-listener", daemon=True
                 )
                 self._thread.start()
 
-    def unregister(self, channel: str, waiter: _RedisWaiter) -> None:
+    def unregister(self, waiter: _RedisWaiter) -> None:
         with self._lock:
-            waiters = self._waiters.get(channel)
-            if waiters is not None:
-                waiters.discard(waiter)
-                if not waiters:
-                    del self._waiters[channel]
+            if self._waiters.get(waiter.owner) is waiter:
+                del self._waiters[waiter.owner]
 
     def wait_ready(self, timeout: float) -> bool:
         return self._ready.wait(timeout)
 
-    def _wake(self, channel: str | None, payload: str = "") -> None:
-        """Wake the waiters of ``channel`` (None: all). A payload ``<owner>|<token>`` says
-        the lock was handed to that owner: only its waiter wakes, the others keep waiting."""
+    def _wake_all(self) -> None:
+        with self._lock:
+            for waiter in self._waiters.values():
+                waiter.event.set()
+
+    def _handed(self, payload: str) -> None:
+        """``<owner>|<token>``: the lock was handed to that waiter of ours."""
         owner, _, token = payload.partition("|")
         with self._lock:
-            if channel is None:
-                groups = list(self._waiters.values())
-            else:
-                groups = [self._waiters.get(channel, set())]
-            for waiters in groups:
-                for waiter in waiters:
-                    if not owner:
-                        waiter.event.set()
-                    elif waiter.owner == owner:
-                        waiter.handed = int(token)
-                        waiter.event.set()
+            waiter = self._waiters.get(owner)
+            if waiter is not None and token.isdigit():
+                waiter.handed = int(token)
+                waiter.event.set()
 
     def _run(self) -> None:
         backoff = 0.05
@@ -139,13 +131,13 @@ class _Listener:
                     if pubsub is None:
                         client = self._backend.listener_client
                         pubsub = client.pubsub()  # type: ignore[no-untyped-call]
-                        pubsub.psubscribe(_PATTERN)
+                        pubsub.subscribe(self.channel)
                     message = pubsub.get_message(timeout=0.5)
                 except Exception as exc:  # any failure: drop the connection, wake, reconnect
                     if self._closed:
                         break
                     self._ready.clear()
-                    self._wake(None)
+                    self._wake_all()
                     if backoff == 0.05:  # first failure of a streak
                         log.warning("redis release listener lost its connection: %s", exc)
                     if pubsub is not None:
@@ -158,11 +150,11 @@ class _Listener:
                     backoff = 0.05
                 if message is not None:
                     kind = message["type"]
-                    if kind == "psubscribe":
+                    if kind == "subscribe":
                         self._ready.set()
-                        self._wake(None)  # anything released while we were away
-                    elif kind == "pmessage":
-                        self._wake(_text(message["channel"]), _text(message["data"]))
+                        self._wake_all()  # anything handed to us while we were away
+                    elif kind == "message":
+                        self._handed(_text(message["data"]))
                 with self._lock:
                     if self._waiters:
                         idle_since = time.monotonic()
@@ -197,13 +189,12 @@ class _RedisWaiter(Waiter):
         self._listener = backend._listener
         self.key = key
         self.owner = owner
-        self.channel = _channel(_lock_key(key))
         self.event = threading.Event()
         self.handed: int | None = None
         self.queued_at: float | None = None  # send time of the first attempt that queued us
         self._backoff = 0.002
         backend._queued[(key, owner)] = self
-        self._listener.register(self.channel, self)
+        self._listener.register(self)
         # The attempt that follows must come after the subscription, or a hand-over in
         # between would go unnoticed until the holder's lease ran out. Until the listener
         # is subscribed, wait() falls back to short backoff, so this wait stays short.
@@ -221,7 +212,7 @@ class _RedisWaiter(Waiter):
         return Grant(True, token, since=self.queued_at)
 
     def close(self, acquired: bool) -> None:
-        self._listener.unregister(self.channel, self)
+        self._listener.unregister(self)
         self._backend._queued.pop((self.key, self.owner), None)
         if not acquired and self.queued_at is not None:
             self._backend._leave(self.key, self.owner)
@@ -342,13 +333,11 @@ class RedisBackend(Backend):
         ms = max(1, int(ttl * 1000))
         holder = self._holder + str(os.getpid())
         waiter = self._queued.get((key, owner))
-        queue = "1" if waiter is not None else "0"
+        channel = self._listener.channel if waiter is not None else ""
         sent = time.monotonic()
         granted, value = self._call(
             f"acquire {key!r}",
-            lambda: self._acquire(
-                keys=_keys(lock_key), args=[owner, ms, holder, queue, _channel(lock_key)]
-            ),
+            lambda: self._acquire(keys=_keys(lock_key), args=[owner, ms, holder, channel]),
             retry=True,
         )
         if granted:
@@ -362,7 +351,7 @@ class RedisBackend(Backend):
         lock_key = _lock_key(key)
         done = self._call(
             f"release {key!r}",
-            lambda: self._release(keys=_keys(lock_key), args=[owner, _channel(lock_key)]),
+            lambda: self._release(keys=_keys(lock_key), args=[owner]),
         )
         return bool(done)
 
@@ -370,7 +359,7 @@ class RedisBackend(Backend):
         lock_key = _lock_key(key)
         self._call(
             f"leave the queue of {key!r}",
-            lambda: self._leave_script(keys=_keys(lock_key), args=[owner, _channel(lock_key)]),
+            lambda: self._leave_script(keys=_keys(lock_key), args=[owner]),
             retry=True,
         )
 
@@ -384,6 +373,11 @@ class RedisBackend(Backend):
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
         return _RedisWaiter(self, key, owner)
+
+    def queue_first(self) -> bool:
+        # Once this process has waited (the listener is up), a blocking caller registers
+        # before its first attempt, so a busy first attempt already queues it.
+        return self._listener.healthy
 
     # -- admin --------------------------------------------------------------------------------
 
@@ -440,7 +434,7 @@ class RedisBackend(Backend):
         lock_key = _lock_key(key)
         done = self._call(
             f"force-release {key!r}",
-            lambda: self._force_release(keys=_keys(lock_key), args=[_channel(lock_key)]),
+            lambda: self._force_release(keys=_keys(lock_key)),
         )
         return bool(done)
 

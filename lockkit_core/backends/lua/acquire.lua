@@ -1,7 +1,7 @@
 -- Take a lock if it is free, and stamp the grant with a fencing token.
 -- KEYS[1] L, KEYS[2] F, KEYS[3] Q, KEYS[4] E (see the prelude)
 -- ARGV[1] owner token (32 hex)   ARGV[2] lease in ms   ARGV[3] holder (host and pid)
--- ARGV[4] 1 to join the queue if busy (a blocking caller), else 0   ARGV[5] channel
+-- ARGV[4] the caller's notice channel if it waits (joins the queue when busy), else ''
 -- Returns {1, token} when granted, also when ARGV[1] already holds the key (the answer to an
 -- earlier attempt was lost, or the lock was handed to us: the lease is renewed, the token
 -- stays); {0, pttl} when another owner holds it, pttl being its remaining lease in ms.
@@ -9,10 +9,10 @@ local L, F, Q, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, lease, holder = ARGV[1], ARGV[2], ARGV[3]
 
 local function join()
-  if ARGV[4] == '1' then
+  if ARGV[4] ~= '' then
     redis.call('zadd', Q, 'nx', now_us(), owner)
     local expires = math.floor(now_us() / 1000) + 2 * tonumber(lease)
-    redis.call('hset', E, owner, string.format('%.0f', expires) .. '|' .. lease .. '|' .. holder)
+    redis.call('hset', E, owner, string.format('%.0f', expires) .. '|' .. lease .. '|' .. ARGV[4] .. '|' .. holder)
     for _, k in ipairs({Q, E}) do
       if redis.call('pttl', k) < 2 * tonumber(lease) then
         redis.call('pexpire', k, 2 * tonumber(lease))
@@ -34,7 +34,7 @@ if redis.call('exists', Q) == 1 then
   -- Expired without a release while others queue: serve them in order. A queued caller
   -- keeps its place; a new blocking one joins at the tail; a non-blocking one only looks.
   join()
-  local to, token = hand_over(L, Q, E, F, ARGV[5])
+  local to, token = hand_over(L, Q, E, F)
   if to == owner then
     return {1, token}
   end

@@ -2,7 +2,8 @@
 -- The keys of one lock, all in one cluster slot:
 --   L  "lockkit:{<key>}"     value "<owner>|<token>|<holder>", with the lease as its PX
 --   Q  "lockkit:{<key>}:q"   waiters in arrival order (zset: owner -> arrival, server us)
---   E  "lockkit:{<key>}:e"   hash: owner -> "<entry expiry ms>|<lease ms>|<holder>"
+--   E  "lockkit:{<key>}:e"   hash: owner -> "<entry expiry ms>|<lease ms>|<channel>|<holder>"
+-- where <channel> is the waiting process's own notice channel.
 --   F  "lockkit:fence"       the fencing counter
 -- A waiter's entry lives twice its lease unless renewed by its next attempt, so a waiter
 -- that died stops being served within that time.
@@ -26,8 +27,8 @@ local function next_token(F)
 end
 
 -- Give the free lock L to the oldest waiter whose entry is alive, publishing
--- "<owner>|<token>" on the channel. Returns that owner and token, or nil if nobody waits.
-local function hand_over(L, Q, E, F, channel)
+-- "<owner>|<token>" on that waiter's channel only. Returns that owner and token, or nil.
+local function hand_over(L, Q, E, F)
   local now_ms = math.floor(now_us() / 1000)
   while true do
     local head = redis.call('zrange', Q, 0, 0)[1]
@@ -36,8 +37,8 @@ local function hand_over(L, Q, E, F, channel)
     local entry = redis.call('hget', E, head)
     redis.call('hdel', E, head)
     if entry then
-      local expires, lease, holder = string.match(entry, '^(%d+)|(%d+)|(.*)$')
-      if tonumber(expires) > now_ms then
+      local expires, lease, channel, holder = string.match(entry, '^(%d+)|(%d+)|([^|]*)|(.*)$')
+      if expires and tonumber(expires) > now_ms then
         local token = next_token(F)
         redis.call('set', L, head .. '|' .. token .. '|' .. holder, 'px', lease)
         redis.call('publish', channel, head .. '|' .. token)
@@ -47,10 +48,9 @@ local function hand_over(L, Q, E, F, channel)
   end
 end
 
--- Free L and hand it on, or announce it free if nobody waits.
-local function free(L, Q, E, F, channel)
+-- Free L and hand it to the oldest live waiter, if any. Every blocking waiter is queued, so
+-- nobody else needs a notice.
+local function free(L, Q, E, F)
   redis.call('del', L)
-  if not hand_over(L, Q, E, F, channel) then
-    redis.call('publish', channel, '')
-  end
+  hand_over(L, Q, E, F)
 end
