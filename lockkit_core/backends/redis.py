@@ -22,6 +22,7 @@ process, ``lockkit:w:<random>``.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import logging
 import os
@@ -67,6 +68,27 @@ def _lock_key(full_key: str) -> str:
 
 def _keys(lock_key: str) -> list[str]:
     return [lock_key, FENCE_KEY, lock_key + ":q", lock_key + ":e"]
+
+
+class _Script:
+    """A Lua script run by EVALSHA, loaded again if the server lost it (NOSCRIPT). Its
+    number of keys comes from its header, so calls pass keys and arguments flat."""
+
+    def __init__(self, client: redis.Redis, name: str) -> None:
+        from redis.exceptions import NoScriptError
+
+        self._client = client
+        self._noscript = NoScriptError
+        self.source = _script(name)
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()  # noqa: S324 (Redis' id)
+        self.numkeys = 1 if name == "extend" else 4
+
+    def __call__(self, *keys_and_args: Any) -> Any:
+        try:
+            return self._client.evalsha(self.sha, self.numkeys, *keys_and_args)
+        except self._noscript:
+            self.sha = self._client.script_load(self.source)
+            return self._client.evalsha(self.sha, self.numkeys, *keys_and_args)
 
 
 class _Listener:
@@ -285,11 +307,11 @@ class RedisBackend(Backend):
             from ..errors import ConfigError
 
             raise ConfigError(f"bad redis URL or option for {url.redacted()}: {exc}") from exc
-        self._acquire = self.client.register_script(_script("acquire"))
-        self._release = self.client.register_script(_script("release"))
-        self._extend = self.client.register_script(_script("extend"))
-        self._force_release = self.client.register_script(_script("force_release"))
-        self._leave_script = self.client.register_script(_script("leave"))
+        self._acquire = _Script(self.client, "acquire")
+        self._release = _Script(self.client, "release")
+        self._extend = _Script(self.client, "extend")
+        self._force_release = _Script(self.client, "force_release")
+        self._leave_script = _Script(self.client, "leave")
         self._queued: dict[tuple[str, str], _RedisWaiter] = {}
         self._holder = f"{socket.gethostname()} pid "
         self._listener = _Listener(self)
@@ -337,7 +359,7 @@ class RedisBackend(Backend):
         sent = time.monotonic()
         granted, value = self._call(
             f"acquire {key!r}",
-            lambda: self._acquire(keys=_keys(lock_key), args=[owner, ms, holder, channel]),
+            lambda: self._acquire(*_keys(lock_key), owner, ms, holder, channel),
             retry=True,
         )
         if granted:
@@ -351,7 +373,7 @@ class RedisBackend(Backend):
         lock_key = _lock_key(key)
         done = self._call(
             f"release {key!r}",
-            lambda: self._release(keys=_keys(lock_key), args=[owner]),
+            lambda: self._release(*_keys(lock_key), owner),
         )
         return bool(done)
 
@@ -359,16 +381,14 @@ class RedisBackend(Backend):
         lock_key = _lock_key(key)
         self._call(
             f"leave the queue of {key!r}",
-            lambda: self._leave_script(keys=_keys(lock_key), args=[owner]),
+            lambda: self._leave_script(*_keys(lock_key), owner),
             retry=True,
         )
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
         lock_key = _lock_key(key)
         ms = max(1, int(ttl * 1000))
-        done = self._call(
-            f"extend {key!r}", lambda: self._extend(keys=[lock_key], args=[owner, ms]), retry=True
-        )
+        done = self._call(f"extend {key!r}", lambda: self._extend(lock_key, owner, ms), retry=True)
         return bool(done)
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
@@ -434,7 +454,7 @@ class RedisBackend(Backend):
         lock_key = _lock_key(key)
         done = self._call(
             f"force-release {key!r}",
-            lambda: self._force_release(keys=_keys(lock_key)),
+            lambda: self._force_release(*_keys(lock_key)),
         )
         return bool(done)
 

@@ -6,8 +6,8 @@
 -- where <channel> is the waiting process's own notice channel.
 --   F  "lockkit:fence"       the fencing counter
 -- A waiter's entry lives twice its lease unless renewed by its next attempt, so a waiter
--- that died stops being served within that time.
-if redis.replicate_commands then redis.replicate_commands() end
+-- that died stops being served within that time. (TIME before writes needs Redis 5 or
+-- newer, where scripts replicate their effects.)
 
 local function now_us()
   local t = redis.call('time')
@@ -29,10 +29,11 @@ end
 -- Give the free lock L to the oldest waiter whose entry is alive, publishing
 -- "<owner>|<token>" on that waiter's channel only. Returns that owner and token, or nil.
 local function hand_over(L, Q, E, F)
-  local now_ms = math.floor(now_us() / 1000)
+  local now_ms
   while true do
     local head = redis.call('zrange', Q, 0, 0)[1]
     if not head then return nil end
+    now_ms = now_ms or math.floor(now_us() / 1000)
     redis.call('zrem', Q, head)
     local entry = redis.call('hget', E, head)
     redis.call('hdel', E, head)
