@@ -156,3 +156,89 @@ def test_tokens_keep_increasing_across_a_restart_that_loses_the_data() -> None:
         with kit.lock("k") as held:
             assert held.token is not None and before is not None
             assert held.token > before
+
+
+def test_waiters_are_served_in_arrival_order(kit: LockKit) -> None:
+    holder = kit.lock("fifo", ttl=10)
+    holder.acquire()
+    order: list[int] = []
+    threads = []
+    for i in range(4):
+
+        def wait(i: int = i) -> None:
+            other = LockKit(config=kit.config)
+            with other.lock("fifo", timeout=10):
+                order.append(i)
+                time.sleep(0.02)
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        threads.append(thread)
+        time.sleep(0.15)  # let each one queue before the next arrives
+    holder.release()
+    for thread in threads:
+        thread.join(15)
+    assert order == [0, 1, 2, 3]
+
+
+def test_non_blocking_attempts_do_not_jump_the_queue(kit: LockKit) -> None:
+    holder = kit.lock("q", ttl=10)
+    holder.acquire()
+    got: list[int | None] = []
+
+    def wait() -> None:
+        with LockKit(config=kit.config).lock("q", timeout=10) as held:
+            got.append(held.token)
+            time.sleep(0.3)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(0.2)
+    holder.release()
+    time.sleep(0.05)
+    # The waiter was handed the lock on release; a passer-by cannot take it.
+    assert not LockKit(config=kit.config).lock("q").acquire(blocking=False)
+    thread.join(10)
+    assert got and holder.token is None
+
+
+def test_a_waiter_that_gives_up_passes_a_handed_lock_on(kit: LockKit, raw: redis.Redis) -> None:
+    holder = kit.lock("pass", ttl=10)
+    holder.acquire()
+    results: dict[str, bool] = {}
+
+    def impatient() -> None:
+        results["impatient"] = LockKit(config=kit.config).lock("pass", timeout=0.3).acquire()
+
+    def patient() -> None:
+        lock = LockKit(config=kit.config).lock("pass", timeout=10)
+        results["patient"] = lock.acquire()
+        lock.release()
+
+    first = threading.Thread(target=impatient)
+    first.start()
+    time.sleep(0.1)
+    second = threading.Thread(target=patient)
+    second.start()
+    first.join(5)
+    assert results["impatient"] is False
+    holder.release()
+    second.join(10)
+    assert results["patient"] is True
+    assert kit.admin.info("pass") is None
+    assert raw.exists(f"lockkit:{{{kit.namespace}:pass}}:q") == 0
+
+
+def test_a_dead_queued_waiter_is_skipped_after_its_entry_expires(
+    kit: LockKit, raw: redis.Redis
+) -> None:
+    lock_key = f"lockkit:{{{kit.namespace}:ghost}}"
+    holder = kit.lock("ghost", ttl=10)
+    holder.acquire()
+    # A waiter that died while queued: its entry expired long ago.
+    raw.zadd(lock_key + ":q", {"d" * 32: 1})
+    raw.hset(lock_key + ":e", "d" * 32, "1|10000|lockkit:w:gone|ghost")
+    holder.release()
+    assert kit.admin.info("ghost") is None
+    with kit.lock("ghost", timeout=0) as held:
+        assert held.token is not None
