@@ -13,6 +13,7 @@ import pytest
 from lockkit_core import (
     Backend,
     BackendNotInstalled,
+    Capability,
     ConfigError,
     Grant,
     Lease,
@@ -23,6 +24,7 @@ from lockkit_core import (
     known_schemes,
 )
 from lockkit_core import registry as registry_module
+from lockkit_core.backends.memory import MemoryBackend
 
 
 @pytest.fixture
@@ -306,12 +308,19 @@ def test_auto_renew_must_be_a_bool(kit: LockKit) -> None:
         kit.lock("k", auto_renew="yes")
 
 
-def test_fair_where_the_backend_cannot_queue() -> None:
-    kit = LockKit("redis://127.0.0.1:6379/0")  # not contacted: the check is local
+class UnfairBackend(MemoryBackend):
+    """A memory store that declares no FIFO queue, as a store without one would."""
+
+    capabilities = MemoryBackend.capabilities & ~Capability.FAIR
+
+
+def test_fair_where_the_backend_cannot_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(registry_module._BUILTIN, "unfair", f"{__name__}:UnfairBackend")
+    kit = LockKit("unfair://")
     with pytest.raises(NotSupported) as caught:
         kit.lock("k", fair=True)
-    assert "fair=True" in str(caught.value) and "redis://" in str(caught.value)
-    kit.close()
+    assert "fair=True" in str(caught.value) and "unfair://" in str(caught.value)
+    assert kit.lock("k").acquire(blocking=False)
 
 
 # -- missing drivers and broken registrations ---------------------------------------------------
