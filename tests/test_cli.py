@@ -235,7 +235,7 @@ def test_backends_json() -> None:
     assert memory["installed"] is True
     assert "cross_process" not in memory["capabilities"]
     assert data["file"]["current"] is False
-    assert data["file"]["capabilities"] == ["ttl", "fencing", "cross_process", "list"]
+    assert data["file"]["capabilities"] == ["ttl", "fencing", "fair", "cross_process", "list"]
     assert data["redis"]["grade"] == "single-node"
     assert {"cross_process", "cross_host"} <= set(data["redis"]["capabilities"])
 

@@ -325,9 +325,7 @@ def test_open_descriptors_stay_bounded(backend: FileBackend) -> None:
 def test_exclusion_across_eight_processes(url: str, tmp_path: Path) -> None:
     counter, marker = tmp_path / "counter", tmp_path / "inside"
     counter.write_text("0")
-    procs = [
-        start(INCREMENTER, url, str(counter), str(marker), "200") for _ in range(8)
-    ]
+    procs = [start(INCREMENTER, url, str(counter), str(marker), "200") for _ in range(8)]
     try:
         for proc in procs:
             assert read_line(proc) == "ready"
@@ -548,28 +546,45 @@ while True:
 print(overlaps, " ".join(sections), flush=True)
 """
 
-# Waits for the lock with TIMEOUT and TTL: prints "timeout", or "acquired <token>" and then
-# releases it on a line from stdin ("released").
+# Prints "ready", and on a line from stdin waits for the lock with TIMEOUT and TTL: prints
+# "timeout", or "acquired <token>" and then releases it on the next line ("released" | "lost").
 WAITER = r"""
 import sys
-from lockkit_core import LockKit
+from lockkit_core import LockKit, LockLost
 url, key, timeout, ttl = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
 lock = LockKit(url, auto_renew=False).lock(key, ttl=ttl)
+print("ready", flush=True)
+sys.stdin.readline()
 if not lock.acquire(timeout=timeout):
     print("timeout", flush=True)
     sys.exit(0)
 print("acquired", lock.token, flush=True)
 sys.stdin.readline()
-lock.release()
-print("released", flush=True)
+try:
+    lock.release()
+    print("released", flush=True)
+except LockLost:
+    print("lost", flush=True)
 """
 
 
 def queue_of(url: str, key: str) -> list[str]:
     """The owner tokens queued on ``key``, oldest first."""
-    path = Path(url[len("file://"):], file_name(key))
-    record = file_backend._Record(path.read_bytes())
+    record = file_backend._peek(os.path.join(url[len("file://") :], file_name(key)))
+    assert record is not None
     return [line.split(b" ")[0].decode() for line in record.queue.splitlines()]
+
+
+def queue_up(url: str, key: str, timeout: str, ttl: str) -> subprocess.Popen[str]:
+    """A WAITER process that has joined the queue of ``key``."""
+    before = len(queue_of(url, key))
+    proc = start(WAITER, url, key, timeout, ttl)
+    assert read_line(proc) == "ready"
+    assert proc.stdin is not None
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    wait_until(lambda: len(queue_of(url, key)) == before + 1)
+    return proc
 
 
 def wait_until(condition: object, timeout: float = 10.0) -> None:
@@ -593,9 +608,7 @@ def bells(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> st
 def test_contending_processes_are_served_in_turn(url: str, tmp_path: Path) -> None:
     counter, marker = tmp_path / "counter", tmp_path / "inside"
     counter.write_text("0")
-    procs = [
-        start(CONTENDER, url, str(counter), str(marker), "1.5", "0.0005") for _ in range(6)
-    ]
+    procs = [start(CONTENDER, url, str(counter), str(marker), "1.5", "0.0005") for _ in range(6)]
     try:
         for proc in procs:
             assert read_line(proc) == "ready"
@@ -656,12 +669,10 @@ def test_a_waiter_that_gives_up_passes_a_handed_lock_on(url: str, bells: str) ->
 def test_a_waiter_that_times_out_leaves_no_ghost(kit: LockKit, url: str) -> None:
     held = kit.lock("ghost", ttl=30)
     assert held.acquire()
-    early = start(WAITER, url, "ghost", "0.4", "30")
-    late = None
+    procs = []
     try:
-        wait_until(lambda: len(queue_of(url, "ghost")) == 1)
-        late = start(WAITER, url, "ghost", "10", "30")
-        wait_until(lambda: len(queue_of(url, "ghost")) == 2)
+        procs.append(early := queue_up(url, "ghost", "0.4", "30"))
+        procs.append(late := queue_up(url, "ghost", "10", "30"))
         assert read_line(early) == "timeout"
         assert len(queue_of(url, "ghost")) == 1, "the waiter that gave up left the queue"
         began = time.monotonic()
@@ -674,9 +685,8 @@ def test_a_waiter_that_times_out_leaves_no_ghost(kit: LockKit, url: str) -> None
         assert ask(late, "release") == "released"
         assert kit.admin.info("ghost") is None
     finally:
-        stop(early)
-        if late is not None:
-            stop(late)
+        for proc in procs:
+            stop(proc)
 
 
 def test_a_killed_waiter_does_not_hold_up_the_queue(kit: LockKit, url: str) -> None:
@@ -684,9 +694,8 @@ def test_a_killed_waiter_does_not_hold_up_the_queue(kit: LockKit, url: str) -> N
     assert held.acquire()
     procs = []
     try:
-        for n in (1, 2, 3):
-            procs.append(start(WAITER, url, "killed", "10", "30"))
-            wait_until(lambda n=n: len(queue_of(url, "killed")) == n)
+        for _ in range(3):
+            procs.append(queue_up(url, "killed", "10", "30"))
         first, second, third = procs
         first.send_signal(signal.SIGKILL)
         first.wait(10)  # reaped: its pid is gone
@@ -710,12 +719,10 @@ def test_a_killed_waiter_does_not_hold_up_the_queue(kit: LockKit, url: str) -> N
 def test_a_stopped_waiters_entry_lapses(kit: LockKit, url: str) -> None:
     held = kit.lock("stopped", ttl=30)
     assert held.acquire()
-    stopped = start(WAITER, url, "stopped", "10", "0.3")
-    patient = None
+    procs = []
     try:
-        wait_until(lambda: len(queue_of(url, "stopped")) == 1)
-        patient = start(WAITER, url, "stopped", "10", "30")
-        wait_until(lambda: len(queue_of(url, "stopped")) == 2)
+        procs.append(stopped := queue_up(url, "stopped", "10", "0.3"))
+        procs.append(patient := queue_up(url, "stopped", "10", "30"))
         stopped.send_signal(signal.SIGSTOP)
         time.sleep(0.7)  # its entry lives twice its 0.3 s lease unless renewed
         held.release()
@@ -724,12 +731,12 @@ def test_a_stopped_waiters_entry_lapses(kit: LockKit, url: str) -> None:
         wait_until(lambda: len(queue_of(url, "stopped")) == 1)
         assert ask(patient, "release") == "released"
         assert read_line(stopped).split()[0] == "acquired"
-        assert ask(stopped, "release") == "released"
+        assert ask(stopped, "release") in ("released", "lost")  # its lease is 0.3 s
     finally:
-        stopped.send_signal(signal.SIGCONT)
-        stop(stopped)
-        if patient is not None:
-            stop(patient)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+            stop(proc)
 
 
 def test_a_lapsed_lease_goes_to_the_queue_not_to_a_non_blocking_caller(
@@ -809,10 +816,22 @@ def test_a_record_written_before_queues_is_read(backend: FileBackend) -> None:
     path = Path(backend.directory, file_name("old"))
     expires = time.monotonic() + 30
     path.write_bytes(
-        b"lockkit-file/1 5 %s %r 30.0 %s 3\nold\n"
-        % (OWNER_A.encode(), expires, backend._me)
+        b"lockkit-file/1 5 %s %r 30.0 %s 3\nold\n" % (OWNER_A.encode(), expires, backend._me)
     )
     assert not backend.try_acquire("old", OWNER_B, 30.0).acquired
     assert backend.release("old", OWNER_A) is True
     grant = backend.try_acquire("old", OWNER_B, 30.0)
     assert grant.acquired and grant.token == 6
+
+
+def test_a_process_that_queued_lately_queues_on_its_first_attempt(backend: FileBackend) -> None:
+    assert backend.queue_first() is False
+    assert backend.try_acquire("first", OWNER_A, 30.0).acquired
+    uncontended = backend.waiter("other", OWNER_B, False)
+    assert backend.try_acquire("other", OWNER_B, 30.0).acquired  # free: not queued
+    uncontended.close(acquired=True)
+    assert backend.queue_first() is False
+    waiting = backend.waiter("first", OWNER_B, False)
+    assert not backend.try_acquire("first", OWNER_B, 30.0).acquired
+    waiting.close(acquired=False)
+    assert backend.queue_first() is True
