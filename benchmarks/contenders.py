@@ -188,11 +188,12 @@ def _portalocker(directory: str) -> LockFactory:
 
 _FILE_BACKEND = "lockkit_core.backends.file"
 _FILE_WAIT = "FIFO queue, datagram on hand-over"
+_REDIS_WAIT = "FIFO queue, pub/sub hand-over"
 
 CONTENDERS: tuple[Contender, ...] = (
     Contender("raw floor (SET NX PX + CAD)", "redis", _raw_floor, "polls every 1 ms"),
-    Contender("lockkit", "redis", _lockkit_default, "FIFO queue, pub/sub hand-over"),
-    Contender("lockkit auto_renew=False", "redis", _lockkit_no_renew, "FIFO queue, pub/sub hand-over"),
+    Contender("lockkit", "redis", _lockkit_default, _REDIS_WAIT),
+    Contender("lockkit auto_renew=False", "redis", _lockkit_no_renew, _REDIS_WAIT),
     Contender("redis-py Lock", "redis", _redis_py, "polls every 0.1 s (default)"),
     Contender("python-redis-lock", "redis", _python_redis_lock, "BLPOP on a signal list"),
     Contender("pottery Redlock (1 master)", "redis", _pottery, "random sleep 0-0.2 s"),
