@@ -258,7 +258,7 @@ class Lock:
             raise ConfigError(f"timeout must be a number of seconds or None, got {timeout!r}")
         if timeout is UNSET:
             timeout = self.timeout
-        elif timeout == -1 and not isinstance(timeout, bool):
+        elif timeout == -1:
             timeout = None
         elif timeout is not None and timeout != 0:
             timeout = check_seconds("timeout", timeout, allow_none=True)
@@ -598,7 +598,7 @@ class LockKit:
                         valid_until = sent + lease.validity(ttl)
                         late = blocking and deadline is not None and timeout and now > deadline
                         if now >= valid_until or late:
-                            if lock._given_owner is None and waiter is None:
+                            if lock._given_owner is None:  # an adopted lease is not ours
                                 self._give_back(lock.full_key, owner)
                             if now >= valid_until:
                                 too_slow = now - sent
