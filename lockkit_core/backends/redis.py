@@ -71,17 +71,17 @@ def _keys(lock_key: str) -> list[str]:
 
 
 class _Script:
-    """A Lua script run by EVALSHA, loaded again if the server lost it (NOSCRIPT). Its
-    number of keys comes from its header, so calls pass keys and arguments flat."""
+    """A Lua script run by EVALSHA, loaded again if the server lost it (NOSCRIPT). Calls
+    pass its ``numkeys`` keys, then its arguments, flat."""
 
-    def __init__(self, client: redis.Redis, name: str) -> None:
+    def __init__(self, client: redis.Redis, name: str, numkeys: int) -> None:
         from redis.exceptions import NoScriptError
 
         self._client = client
         self._noscript = NoScriptError
         self.source = _script(name)
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()  # noqa: S324 (Redis' id)
-        self.numkeys = 1 if name == "extend" else 4
+        self.numkeys = numkeys
 
     def __call__(self, *keys_and_args: Any) -> Any:
         try:
@@ -193,7 +193,7 @@ class _Listener:
 
 
 def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 def _quiet_close(pubsub: PubSub) -> None:
@@ -307,11 +307,11 @@ class RedisBackend(Backend):
             from ..errors import ConfigError
 
             raise ConfigError(f"bad redis URL or option for {url.redacted()}: {exc}") from exc
-        self._acquire = _Script(self.client, "acquire")
-        self._release = _Script(self.client, "release")
-        self._extend = _Script(self.client, "extend")
-        self._force_release = _Script(self.client, "force_release")
-        self._leave_script = _Script(self.client, "leave")
+        self._acquire = _Script(self.client, "acquire", 4)
+        self._release = _Script(self.client, "release", 4)
+        self._extend = _Script(self.client, "extend", 1)
+        self._force_release = _Script(self.client, "force_release", 4)
+        self._leave_script = _Script(self.client, "leave", 4)
         self._queued: dict[tuple[str, str], _RedisWaiter] = {}
         self._holder = f"{socket.gethostname()} pid "
         self._listener = _Listener(self)
@@ -405,7 +405,7 @@ class RedisBackend(Backend):
     def _parse(stored_key: str, value: bytes | str | None, pttl: int) -> Lease | None:
         if value is None:
             return None
-        text = value.decode(errors="replace") if isinstance(value, bytes) else value
+        text = _text(value)
         owner, _, rest = text.partition("|")
         token_text, _, holder = rest.partition("|")
         return Lease(
@@ -438,7 +438,7 @@ class RedisBackend(Backend):
         def scan() -> list[str]:
             found = []
             for raw in self.client.scan_iter(match=pattern, count=1000, _type="string"):
-                name = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+                name = _text(raw)
                 if name.endswith("}"):
                     found.append(name)
             return found
