@@ -579,6 +579,7 @@ class LockKit:
         deadline = None if timeout is None else started + timeout
         waiter = None
         acquired = False
+        reachable = True
         too_slow: float | None = None
         try:
             if blocking and backend.queue_first():
@@ -623,9 +624,12 @@ class LockKit:
                     grant = handed
                 if not blocking or (deadline is not None and time.monotonic() >= deadline):
                     break
+        except BackendUnavailable:
+            reachable = False  # leaving the queue would cost the caller another timeout
+            raise
         finally:
             if waiter is not None:
-                waiter.close(acquired)
+                waiter.close(acquired, reachable=reachable)
         if too_slow is not None:
             raise BackendUnavailable(
                 f"the grant of {lock.key!r} took {too_slow:.3f} s to arrive, past its "

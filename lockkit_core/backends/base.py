@@ -90,8 +90,19 @@ class Lease:
 class Waiter(ABC):
     """A registration to be woken when a key may have become free.
 
-    A store that queues waiters may hand the lock straight to one while it waits: ``wait()``
-    then returns that grant, with ``since`` set to a time before the hand-over happened.
+    The protocol, as the acquire loop drives it (``Backend.waiter()`` makes one):
+
+    1. It is created *before* the attempt that precedes the first wait, so a release between
+       that attempt and ``wait()`` is not missed.
+    2. ``wait(timeout)`` returns within ``timeout`` seconds: ``None`` when the key may have
+       become free (the caller then tries again), or a :class:`Grant` when a store that queues
+       waiters handed the lock straight to this one; ``since`` is then a time before the
+       hand-over happened, from which the lease is counted.
+    3. ``close(acquired, reachable=...)`` is called exactly once, whatever happened. A lock
+       handed to a waiter that gave up (``acquired=False``) must be passed on, not kept. With
+       ``reachable=False`` the store has just failed: make no round trip (the caller must not
+       wait another socket timeout); whatever the registration left on the store must expire
+       by itself within the backend's short notify bound.
     """
 
     @abstractmethod
@@ -99,9 +110,8 @@ class Waiter(ABC):
         """Return after ``timeout`` seconds at the latest, earlier if the key was released;
         a :class:`Grant` if the store handed the lock to this waiter."""
 
-    def close(self, acquired: bool) -> None:
-        """Drop the registration. With ``acquired=False`` the caller gave up: a lock handed
-        to it meanwhile must be passed on, not kept."""
+    def close(self, acquired: bool, *, reachable: bool = True) -> None:
+        """Drop the registration (see the class docstring for ``acquired`` and ``reachable``)."""
 
 
 class SleepWaiter(Waiter):
@@ -172,6 +182,18 @@ class Backend(ABC):
     @abstractmethod
     def extend(self, key: str, owner: str, ttl: float) -> bool:
         """Reset the lease of ``key`` to ``ttl`` seconds if ``owner`` holds it."""
+
+    def adopt(self, key: str, owner: str, ttl: float) -> Grant:
+        """Take over ``owner``'s existing lease on ``key``: renew it to ``ttl`` seconds and
+        return its current token. ``Grant(False)`` if ``owner`` does not hold ``key``; a free
+        key is never taken (adoption never creates a holder).
+
+        The default is one ``extend`` and cannot read the token (``token=None``); backends
+        that keep tokens override it so the adopted token is returned in the same step.
+        """
+        if not self.extend(key, owner, ttl):
+            return Grant(False)
+        return Grant(True, None)
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
         """Register to be woken when ``key`` may be free. Register *before* the attempt that

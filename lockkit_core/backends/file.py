@@ -974,7 +974,7 @@ class _FileWaiter(Waiter):
             return True, self._handed(rec.fence)
         return not backend._held(rec, now), None
 
-    def close(self, acquired: bool) -> None:
+    def close(self, acquired: bool, *, reachable: bool = True) -> None:
         backend = self._backend
         if backend._queued.get((self.key, self.owner)) is self:
             del backend._queued[(self.key, self.owner)]

@@ -60,7 +60,7 @@ class _MemoryWaiter(Waiter):
             self._store.cond.wait(timeout)
         return None
 
-    def close(self, acquired: bool) -> None:
+    def close(self, acquired: bool, *, reachable: bool = True) -> None:
         if not self._fair:
             return
         with self._store.cond:

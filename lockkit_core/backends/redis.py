@@ -233,7 +233,7 @@ class _RedisWaiter(Waiter):
             return None
         return Grant(True, token, since=self.queued_at)
 
-    def close(self, acquired: bool) -> None:
+    def close(self, acquired: bool, *, reachable: bool = True) -> None:
         self._listener.unregister(self)
         self._backend._queued.pop((self.key, self.owner), None)
         if not acquired and self.queued_at is not None:
