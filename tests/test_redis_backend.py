@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from lockkit_core import BackendUnavailable, ConfigError, LockKit
-from lockkit_core.backends.redis import FENCE_KEY
+from lockkit_core.backends.redis.scripts import FENCE_KEY
 
 pytestmark = pytest.mark.redis
 

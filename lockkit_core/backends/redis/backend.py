@@ -1,0 +1,263 @@
+"""``RedisBackend``: the error boundary, the lock operations and the admin reads."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from ...errors import BackendError, BackendUnavailable
+from ...url import LockURL
+from ..base import Backend, Capability, Grade, Grant, Lease, Waiter
+from .listener import Listener, as_text
+from .scripts import PREFIX, Script, stored_key, stored_keys
+from .waiter import RedisWaiter
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["RedisBackend"]
+
+log = logging.getLogger("lockkit.redis")
+
+T = TypeVar("T")
+
+
+class RedisBackend(Backend):
+    """One Redis server (or one master behind a TLS or unix socket)."""
+
+    schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix")
+    extra: ClassVar[str | None] = "redis"
+    requires: ClassVar[str | None] = "redis"
+    capabilities: ClassVar[Capability] = (
+        Capability.TTL
+        | Capability.FENCING
+        | Capability.FAIR
+        | Capability.NOTIFY
+        | Capability.CROSS_PROCESS
+        | Capability.CROSS_HOST
+        | Capability.LIST
+    )
+    grade: ClassVar[Grade] = Grade.SINGLE_NODE
+    option_types: ClassVar[Mapping[str, type]] = {
+        "socket_timeout": float,
+        "socket_connect_timeout": float,
+        "password": str,
+        "username": str,
+        "db": int,
+        "max_connections": int,
+        "health_check_interval": int,
+        "ssl_ca_certs": str,
+        "ssl_certfile": str,
+        "ssl_keyfile": str,
+        "ssl_cert_reqs": str,
+        "ssl_check_hostname": bool,
+        "client_name": str,
+    }
+
+    def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
+        super().__init__(url, options)
+        import redis as redis_module
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        self._redis = redis_module
+        kwargs: dict[str, Any] = {
+            "socket_timeout": 5.0,
+            "socket_connect_timeout": 5.0,
+            # RESP2 and no CLIENT SETINFO: a new connection (after a restart, or for the
+            # listener) costs one round trip less than four.
+            "protocol": 2,
+        }
+        if "driver_info" in inspect.signature(redis_module.Redis.__init__).parameters:
+            kwargs["driver_info"] = None
+        else:  # redis-py before 7
+            kwargs.update(lib_name=None, lib_version=None)
+        kwargs.update(self.options)
+        # No driver retries: they would stretch the caller's timeout. We retry idempotent
+        # calls once ourselves (see _call).
+        kwargs["retry"] = Retry(NoBackoff(), 0)
+        kwargs["retry_on_error"] = []
+        self._socket_timeout = float(kwargs["socket_timeout"])
+        parts = urlsplit(url.raw)
+        bare = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+        try:
+            self.client: redis.Redis = redis_module.Redis.from_url(bare, **kwargs)
+            # The release listener has a pool of its own: taking a warm connection from the
+            # command pool would make the next attempt open (and handshake) a new one.
+            self.listener_client: redis.Redis = redis_module.Redis.from_url(bare, **kwargs)
+        except (ValueError, TypeError) as exc:
+            from ...errors import ConfigError
+
+            raise ConfigError(f"bad redis URL or option for {url.redacted()}: {exc}") from exc
+        self._acquire = Script(self.client, "acquire", 4)
+        self._release = Script(self.client, "release", 4)
+        self._extend = Script(self.client, "extend", 1)
+        self._force_release = Script(self.client, "force_release", 4)
+        self._leave_script = Script(self.client, "leave", 4)
+        self._queued: dict[tuple[str, str], RedisWaiter] = {}
+        self._holder = f"{socket.gethostname()} pid "
+        self._listener = Listener(self)
+
+    # -- error boundary ------------------------------------------------------------------------
+
+    def _call(self, what: str, func: Callable[[], T], *, retry: bool = False) -> T:
+        """Run one request; translate driver errors. ``retry`` retries once, at once, on a
+        dropped connection (a pooled connection may predate a server restart): only for
+        requests that are safe to repeat."""
+        errors = self._redis.exceptions
+        for attempt in (0, 1):
+            try:
+                return func()
+            except errors.ConnectionError as exc:
+                if retry and attempt == 0 and not isinstance(exc, errors.AuthenticationError):
+                    continue
+                raise BackendUnavailable(
+                    f"cannot reach redis at {self.describe()} to {what}: {exc}"
+                ) from exc
+            except errors.TimeoutError as exc:
+                raise BackendUnavailable(
+                    f"redis at {self.describe()} did not answer within "
+                    f"{self._socket_timeout:g} s to {what}: {exc}"
+                ) from exc
+            except errors.ResponseError as exc:
+                text = str(exc)
+                if text.startswith(("NOAUTH", "WRONGPASS", "NOPERM")):
+                    raise BackendUnavailable(
+                        f"redis at {self.describe()} refused our credentials: {text}"
+                    ) from exc
+                raise BackendError(f"redis at {self.describe()} failed to {what}: {text}") from exc
+            except errors.RedisError as exc:
+                raise BackendError(f"redis at {self.describe()} failed to {what}: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    # -- locking ------------------------------------------------------------------------------
+
+    def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
+        lock_key = stored_key(key)
+        ms = max(1, int(ttl * 1000))
+        holder = self._holder + str(os.getpid())
+        waiter = self._queued.get((key, owner))
+        channel = self._listener.channel if waiter is not None else ""
+        sent = time.monotonic()
+        granted, value = self._call(
+            f"acquire {key!r}",
+            lambda: self._acquire(*stored_keys(lock_key), owner, ms, holder, channel),
+            retry=True,
+        )
+        if granted:
+            return Grant(True, int(value))
+        if waiter is not None and waiter.queued_at is None:
+            waiter.queued_at = sent
+        pttl = int(value)
+        return Grant(False, retry_after=pttl / 1000.0 if pttl > 0 else None)
+
+    def release(self, key: str, owner: str) -> bool:
+        lock_key = stored_key(key)
+        done = self._call(
+            f"release {key!r}",
+            lambda: self._release(*stored_keys(lock_key), owner),
+        )
+        return bool(done)
+
+    def _leave(self, key: str, owner: str) -> None:
+        lock_key = stored_key(key)
+        self._call(
+            f"leave the queue of {key!r}",
+            lambda: self._leave_script(*stored_keys(lock_key), owner),
+            retry=True,
+        )
+
+    def extend(self, key: str, owner: str, ttl: float) -> bool:
+        lock_key = stored_key(key)
+        ms = max(1, int(ttl * 1000))
+        done = self._call(f"extend {key!r}", lambda: self._extend(lock_key, owner, ms), retry=True)
+        return bool(done)
+
+    def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
+        return RedisWaiter(self, key, owner)
+
+    def queue_first(self) -> bool:
+        # Once this process has waited (the listener is up), a blocking caller registers
+        # before its first attempt, so a busy first attempt already queues it.
+        return self._listener.healthy
+
+    # -- admin --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _parse(stored_key: str, value: bytes | str | None, pttl: int) -> Lease | None:
+        if value is None:
+            return None
+        text = as_text(value)
+        owner, _, rest = text.partition("|")
+        token_text, _, holder = rest.partition("|")
+        return Lease(
+            key=stored_key,
+            owner_hint=owner[:8],
+            token=int(token_text) if token_text.isdigit() else None,
+            ttl_remaining=pttl / 1000.0 if pttl >= 0 else None,
+            holder=holder or None,
+        )
+
+    def _leases(self, lock_keys: list[str]) -> list[Lease]:
+        def fetch() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for lock_key in lock_keys:
+                pipe.get(lock_key)
+                pipe.pttl(lock_key)
+            return pipe.execute()
+
+        replies = self._call("read locks", fetch, retry=True)
+        leases = []
+        for i, lock_key in enumerate(lock_keys):
+            lease = self._parse(lock_key[len(PREFIX) : -1], replies[2 * i], replies[2 * i + 1])
+            if lease is not None:
+                leases.append(lease)
+        return leases
+
+    def list(self, prefix: str) -> list[Lease]:
+        pattern = PREFIX + _glob_escape(prefix) + "*}"
+
+        def scan() -> list[str]:
+            found = []
+            for raw in self.client.scan_iter(match=pattern, count=1000, _type="string"):
+                name = as_text(raw)
+                if name.endswith("}"):
+                    found.append(name)
+            return found
+
+        lock_keys = sorted(set(self._call("list locks", scan, retry=True)))
+        return self._leases(lock_keys) if lock_keys else []
+
+    def info(self, key: str) -> Lease | None:
+        leases = self._leases([stored_key(key)])
+        return leases[0] if leases else None
+
+    def force_release(self, key: str) -> bool:
+        lock_key = stored_key(key)
+        done = self._call(
+            f"force-release {key!r}",
+            lambda: self._force_release(*stored_keys(lock_key)),
+        )
+        return bool(done)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def after_fork_in_child(self) -> None:
+        # redis-py's pool notices the new pid and opens fresh connections; the listener
+        # thread did not survive the fork, so start from a new one.
+        self._listener = Listener(self)
+
+    def close(self) -> None:
+        self._listener.close()
+        self.client.close()
+        self.listener_client.close()
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)

@@ -1,0 +1,54 @@
+"""The stored key layout and the Lua scripts (``lua/*.lua``) run by EVALSHA."""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["FENCE_KEY", "PREFIX", "Script", "stored_key", "stored_keys"]
+
+PREFIX = "lockkit:{"
+FENCE_KEY = "lockkit:fence"
+
+
+def _script(name: str) -> str:
+    lua = resources.files("lockkit_core.backends.redis").joinpath("lua")
+    body = lua.joinpath(f"{name}.lua").read_text()
+    if name == "extend":
+        return body
+    return lua.joinpath("handoff.lua").read_text() + "\n" + body
+
+
+def stored_key(full_key: str) -> str:
+    return PREFIX + full_key + "}"
+
+
+def stored_keys(lock_key: str) -> list[str]:
+    return [lock_key, FENCE_KEY, lock_key + ":q", lock_key + ":e"]
+
+
+class Script:
+    """A Lua script run by EVALSHA, loaded again if the server lost it (NOSCRIPT). Calls
+    pass its ``numkeys`` keys, then its arguments, flat."""
+
+    def __init__(self, client: redis.Redis, name: str, numkeys: int) -> None:
+        from redis.exceptions import NoScriptError
+
+        self._client = client
+        self._noscript = NoScriptError
+        self.source = _script(name)
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()  # noqa: S324 (Redis' id)
+        self.numkeys = numkeys
+
+    def __call__(self, *keys_and_args: Any) -> Any:
+        try:
+            return self._client.evalsha(self.sha, self.numkeys, *keys_and_args)
+        except self._noscript:
+            self.sha = self._client.script_load(self.source)
+            return self._client.evalsha(self.sha, self.numkeys, *keys_and_args)
+
+
