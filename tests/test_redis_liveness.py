@@ -194,7 +194,7 @@ def test_an_outage_while_queued_costs_one_socket_timeout_not_two(namespace: str)
             # The holder's lease ends just before the waiter's timeout, when the waiter tries
             # again: into a server that no longer answers.
             assert kit.lock("k", ttl=timeout - 0.1, auto_renew=False).acquire()
-            threading.Timer(0.5, server.pause).start()
+            threading.Timer(1.2, server.pause).start()
             start = time.monotonic()
             with pytest.raises(BackendUnavailable):
                 other.lock("k", ttl=5, timeout=timeout).acquire()
