@@ -20,6 +20,17 @@
 -- 'adopt'   L        secret, lease ms                            {1, token} | {0}
 -- <floor> is the highest token the calling client has seen on any key: a new token is never
 -- below it. <channel> is the waiting process's own notice channel ('' when not waiting).
+--
+-- Races it survives:
+-- - the reply to an acquire is lost and the caller retries: the same id finds its own record
+--   and gets its lease renewed and the same token, never "busy" and never a second token;
+-- - a lease expires without a release while others queue: the next caller, whoever it is,
+--   serves the queue in order first (a non-blocking caller cannot jump it);
+-- - a waiter is handed the lock after it gave up: its leave passes the lock on (and its
+--   process's listener does so when it left without a round trip);
+-- - a waiter dies, or its listener is down, while queued: PUBLISH reaches nobody, so the next
+--   waiter is served in the same call;
+-- - the server restarts empty or its clock steps back: see next_token.
 
 local FENCE_MS = 86400000 -- a free key's counter is forgotten a day after its last grant
 local GRACE_MS = 2000 -- a waiter retries when the lease it was told of ends; this covers delays
