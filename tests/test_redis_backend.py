@@ -268,3 +268,14 @@ def test_adopt_renews_the_owners_lease_and_returns_its_token_in_one_round_trip(
     # A free key is never taken by adoption.
     assert kit.backend.adopt(full_key, owner, 5.0).acquired is False
     assert kit.admin.info("adopted") is None
+
+
+def test_the_script_run_is_the_file_as_written(kit: LockKit) -> None:
+    from importlib import resources
+
+    from lockkit_core.backends.redis.scripts import Script
+
+    lua = resources.files("lockkit_core.backends.redis").joinpath("lua")
+    assert [entry.name for entry in lua.iterdir() if entry.name.endswith(".lua")] == ["lock.lua"]
+    script = Script(kit.backend.client, "lock", 4)  # type: ignore[attr-defined]
+    assert script.source == lua.joinpath("lock.lua").read_text()
