@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from lockkit_core import LockKit, LockNotOwned
+from lockkit_core import BackendError, LockKit, LockNotOwned
 from lockkit_core.testing import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -258,5 +258,18 @@ def test_waiters_keep_their_order_when_the_server_clock_steps_back(
         for thread in threads:
             thread.join(10)
         assert order == [0, 1]
+    finally:
+        kit.close()
+
+
+def test_a_server_clock_centuries_ahead_is_an_error_not_a_repeated_token(
+    clock_server: RedisServer,
+) -> None:
+    # Past 2**53 microseconds (the year 2255) a token could no longer grow by one.
+    clock_server.step_clock(231 * 365 * 86400)
+    kit = LockKit(clock_server.url, namespace="far")
+    try:
+        with pytest.raises(BackendError, match="server clock"):
+            kit.lock("k").acquire(blocking=False)
     finally:
         kit.close()

@@ -59,6 +59,9 @@ local function next_token(F, floor)
   local t = redis.call('time')
   local token = math.max(tonumber(redis.call('get', F) or '0') + 1,
     tonumber(t[1]) * 1000000 + tonumber(t[2]), tonumber(floor) + 1)
+  if token >= 2 ^ 53 then -- past here a Lua number cannot add 1 (a clock set centuries ahead)
+    error({err = 'lockkit: fencing token of ' .. F .. ' out of range; is the server clock right?'})
+  end
   token = string.format('%.0f', token)
   redis.call('set', F, token, 'px', FENCE_MS)
   return token
