@@ -18,7 +18,6 @@ __all__ = ["ForkContract"]
 class ForkContract(ContractBase):
     """The parent's hold survives whatever its forked child tries."""
 
-
     @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
     def test_forked_child_never_releases_the_parents_lock(self, make_kit: KitFactory) -> None:
         kit, other = make_kit(), make_kit()

@@ -92,6 +92,32 @@ class OwnershipContract(ContractBase):
             if token is not None:
                 assert again.token is not None and again.token > token
 
+    def test_backend_adopt_takes_over_only_a_live_lease_of_its_owner(
+        self, make_kit: KitFactory
+    ) -> None:
+        """``Backend.adopt``: renews the owner's lease and (if it can) returns its token; a
+        stranger, or anyone on a free key, gets ``Grant(False)`` and no holder is made."""
+        kit = make_kit()
+        backend = kit.backend
+        key, free = kit.lock("adopted").full_key, kit.lock("not-held").full_key
+        owner, stranger = secrets.token_hex(16), secrets.token_hex(16)
+        assert backend.adopt(free, owner, 5.0).acquired is False
+        assert kit.admin.info("not-held") is None
+        granted = backend.try_acquire(key, owner, 5.0)
+        assert granted.acquired
+        assert backend.adopt(key, stranger, 5.0).acquired is False
+        adopted = backend.adopt(key, owner, 2.0)
+        assert adopted.acquired
+        if adopted.token is not None:
+            assert adopted.token == granted.token
+        info = kit.admin.info("adopted")
+        assert info is not None and owner.startswith(info.owner_hint)
+        if Capability.TTL in backend.capabilities:
+            assert info.ttl_remaining is not None and info.ttl_remaining <= 2.0
+        assert backend.release(key, owner)
+        assert backend.adopt(key, owner, 5.0).acquired is False
+        assert kit.admin.info("adopted") is None
+
     def test_fencing_tokens_strictly_increase(self, make_kit: KitFactory) -> None:
         a, b = make_kit(), make_kit()
         self.require(a, Capability.FENCING)

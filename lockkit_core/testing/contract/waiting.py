@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 
@@ -40,6 +41,32 @@ class WaitingContract(ContractBase):
         assert 0 <= lag < 0.15, f"the waiter got the lock {lag:.3f} s after it was released"
         waiter.release()
 
+    def test_a_release_between_the_attempt_and_the_wait_is_not_slept_through(
+        self, make_kit: KitFactory
+    ) -> None:
+        """The waiter protocol at the backend: a waiter registered before its attempt is not
+        put to sleep by a release that came after that attempt but before ``wait()``."""
+        backend = make_kit().backend
+        key = make_kit().lock("early").full_key
+        holder, owner = secrets.token_hex(16), secrets.token_hex(16)
+        assert backend.try_acquire(key, holder, 10.0).acquired
+        waiter = backend.waiter(key, owner, False)
+        acquired = False
+        try:
+            assert not backend.try_acquire(key, owner, 10.0).acquired
+            assert backend.release(key, holder)
+            start = time.monotonic()
+            handed = waiter.wait(3.0)
+            took = time.monotonic() - start
+            if handed is not None:
+                acquired = handed.acquired  # a queueing store handed it straight over
+            else:
+                acquired = backend.try_acquire(key, owner, 10.0).acquired
+            assert took < 0.5, f"wait() slept {took:.2f} s through a release it came after"
+            assert acquired
+        finally:
+            waiter.close(acquired)
+        assert backend.release(key, owner)
 
     def test_non_blocking_acquire_returns_false_when_held(self, make_kit: KitFactory) -> None:
         a, b = make_kit(), make_kit()
