@@ -12,6 +12,7 @@ dropped and made again.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -87,6 +88,16 @@ class _Store:
         if entry.idle(now) and self.entries.get(key) is entry:
             del self.entries[key]
 
+    def forget_waiters(self) -> None:
+        """In a forked child: the waiting threads stayed in the parent, so nobody waits."""
+        now = time.monotonic()
+        for key, entry in list(self.entries.items()):
+            entry.waiters = 0
+            entry.cond = None
+            entry.queue.clear()
+            entry.changes += 1
+            self.settle(key, entry, now)
+
 
 _stores: dict[str, _Store] = {}
 _stores_lock = threading.Lock()
@@ -97,6 +108,38 @@ def _store(name: str) -> _Store:
     # its fence counter is what keeps tokens rising for a kit made later under the same name.
     with _stores_lock:
         return _stores.setdefault(name, _Store())
+
+
+# A fork copies the stores but only the forking thread: hold every store's lock across the
+# fork so that the child's copy is never locked by a thread it does not have, nor caught
+# half-way through an update.
+
+
+def _before_fork() -> None:
+    _stores_lock.acquire()
+    for store in _stores.values():
+        store.lock.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    for store in _stores.values():
+        store.lock.release()
+    _stores_lock.release()
+
+
+def _after_fork_in_child() -> None:
+    for store in _stores.values():
+        store.forget_waiters()
+        store.lock.release()
+    _stores_lock.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
 
 
 class _MemoryWaiter(Waiter):
