@@ -20,6 +20,7 @@ the ``spawn`` start method can pickle them.
 
 from __future__ import annotations
 
+from . import _rewrite  # noqa: F401  - first: pytest must see the modules below imported
 from .admin import AdminContract
 from .decorator import DecoratorContract
 from .exclusion import ExclusionContract
