@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from ...backends.base import Capability
 from ...errors import LockNotOwned, LockTimeout, LockUnavailable
 from .fixtures import ContractBase, KitFactory
 
@@ -67,6 +68,32 @@ class WaitingContract(ContractBase):
         finally:
             waiter.close(acquired)
         assert backend.release(key, owner)
+
+    def test_fair_waiters_are_served_in_arrival_order(self, make_kit: KitFactory) -> None:
+        holder_kit = make_kit()
+        self.require(holder_kit, Capability.FAIR)
+        kits = [make_kit() for _ in range(6)]
+        order: list[int] = []
+        errors: list[BaseException] = []
+
+        def wait_turn(i: int) -> None:
+            try:
+                with kits[i].lock("fifo", fair=True, timeout=20):
+                    order.append(i)
+                    time.sleep(0.005)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=wait_turn, args=(i,)) for i in range(len(kits))]
+        with holder_kit.lock("fifo"):
+            for t in threads:
+                t.start()
+                time.sleep(0.15)  # arrival order: each queued well before the next comes
+        for t in threads:
+            t.join(30)
+        assert not any(t.is_alive() for t in threads), "a fair waiter hung"
+        assert not errors, errors[0]
+        assert order == list(range(len(kits)))
 
     def test_non_blocking_acquire_returns_false_when_held(self, make_kit: KitFactory) -> None:
         a, b = make_kit(), make_kit()
