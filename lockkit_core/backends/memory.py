@@ -1,11 +1,18 @@
 """``memory://[NAME]``: locks among the threads of one process (tests, single-process apps).
 
 Every ``LockKit`` in the process that names the same store shares its locks. Waiters sleep on
-a condition variable and are woken on release; ``fair=True`` serves them in arrival order.
+a condition variable of their key and are woken on release; ``fair=True`` serves them in
+arrival order.
+
+A key costs memory only while it is held or waited for: its entry goes when it is free and
+nobody waits, and leases that expire unreleased are swept in amortised constant time. Fencing
+tokens come from one counter per store, so a key's tokens keep rising when its entry is
+dropped and made again.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -18,22 +25,78 @@ from .base import Backend, Capability, Grade, Grant, Lease, Waiter
 
 __all__ = ["MemoryBackend"]
 
+#: the fewest new entries between two sweeps for expired, unreleased leases
+SWEEP_AT = 1024
 
-@dataclass
+
+@dataclass(eq=False)
 class _Entry:
+    """One key's state: its holder, its waiters, and how often it was freed."""
+
     owner: str | None = None
     expires: float = 0.0
     token: int = 0
+    #: bumped whenever the key may have become free to a waiter (release, force-release,
+    #: the head of the queue leaving); a waiter that saw another value must not sleep
+    changes: int = 0
+    waiters: int = 0
+    cond: threading.Condition | None = None
     queue: deque[str] = field(default_factory=deque)
 
     def held(self, now: float) -> bool:
         return self.owner is not None and now < self.expires
 
+    def idle(self, now: float) -> bool:
+        """Free and unwatched: nothing would notice the entry going."""
+        return self.waiters == 0 and not self.held(now)
+
 
 class _Store:
+    """The entries of one ``memory://NAME``; every method runs with ``lock`` held."""
+
     def __init__(self) -> None:
-        self.cond = threading.Condition()
+        self.lock = threading.Lock()
         self.entries: dict[str, _Entry] = {}
+        #: the last token granted on any key: tokens of one key rise because all of them do
+        self.fence = 0
+        self.added = 0  #: entries made since the last sweep
+
+    def add(self, key: str, now: float) -> _Entry:
+        # A sweep visits every entry, so it runs once per that many additions (and at least
+        # SWEEP_AT): amortised O(1) per new key, and an expired lease outlives its expiry by
+        # at most that many additions.
+        self.added += 1
+        if self.added >= max(SWEEP_AT, len(self.entries)):
+            self.sweep(now)
+        entry = self.entries[key] = _Entry()
+        return entry
+
+    def sweep(self, now: float) -> None:
+        idle = [key for key, entry in self.entries.items() if entry.idle(now)]
+        for key in idle:
+            del self.entries[key]
+        self.added = 0
+
+    def freed(self, key: str, entry: _Entry, now: float) -> None:
+        """Tell waiters ``key`` may be free, and drop its entry if nobody is left to care."""
+        entry.changes += 1
+        if entry.cond is not None and entry.waiters:
+            entry.cond.notify_all()
+        self.settle(key, entry, now)
+
+    def settle(self, key: str, entry: _Entry, now: float) -> None:
+        if entry.idle(now) and self.entries.get(key) is entry:
+            del self.entries[key]
+
+    def forget_waiters(self) -> None:
+        """In a forked child: the waiting threads stayed in the parent, so nobody waits."""
+        now = time.monotonic()
+        for key, entry in list(self.entries.items()):
+            entry.waiters = 0
+            entry.cond = None
+            entry.queue.clear()
+            entry.changes += 1
+            self.settle(key, entry, now)
 
 
 _stores: dict[str, _Store] = {}
@@ -41,33 +104,90 @@ _stores_lock = threading.Lock()
 
 
 def _store(name: str) -> _Store:
+    # Stores are kept for the life of the process: an empty one costs a few hundred bytes, and
+    # its fence counter is what keeps tokens rising for a kit made later under the same name.
     with _stores_lock:
         return _stores.setdefault(name, _Store())
 
 
+# A fork copies the stores but only the forking thread: hold every store's lock across the
+# fork so that the child's copy is never locked by a thread it does not have, nor caught
+# half-way through an update.
+
+
+def _before_fork() -> None:
+    _stores_lock.acquire()
+    for store in _stores.values():
+        store.lock.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    for store in _stores.values():
+        store.lock.release()
+    _stores_lock.release()
+
+
+def _after_fork_in_child() -> None:
+    for store in _stores.values():
+        store.forget_waiters()
+        store.lock.release()
+    _stores_lock.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
+
+
 class _MemoryWaiter(Waiter):
-    def __init__(self, backend: MemoryBackend, key: str, owner: str, fair: bool) -> None:
-        self._store = backend._store
+    """A waiter on one key. It pins the key's entry and remembers the entry's ``changes`` as
+    of registration, then as of each return from ``wait()``: both come before the caller's
+    next attempt, so a release after that attempt is seen even if it came before ``wait()``."""
+
+    def __init__(self, store: _Store, key: str, owner: str, fair: bool) -> None:
+        self._store = store
         self._key = key
         self._owner = owner
         self._fair = fair
-        if fair:
-            with self._store.cond:
-                self._store.entries.setdefault(key, _Entry()).queue.append(owner)
+        self._closed = False
+        with store.lock:
+            entry = store.entries.get(key) or store.add(key, time.monotonic())
+            entry.waiters += 1
+            if entry.cond is None:
+                entry.cond = threading.Condition(store.lock)
+            if fair:
+                entry.queue.append(owner)
+            self._entry = entry
+            self._seen = entry.changes
 
     def wait(self, timeout: float) -> Grant | None:
-        with self._store.cond:
-            self._store.cond.wait(timeout)
+        entry = self._entry
+        with self._store.lock:
+            if entry.changes == self._seen and timeout > 0:
+                assert entry.cond is not None
+                entry.cond.wait_for(lambda: entry.changes != self._seen, timeout)
+            self._seen = entry.changes
         return None
 
     def close(self, acquired: bool, *, reachable: bool = True) -> None:
-        if not self._fair:
-            return
-        with self._store.cond:
-            entry = self._store.entries.get(self._key)
-            if entry is not None and self._owner in entry.queue:
+        # The store is this process's memory: always reachable, nothing handed over to return.
+        store, entry = self._store, self._entry
+        with store.lock:
+            if self._closed:
+                return
+            self._closed = True
+            entry.waiters -= 1
+            now = time.monotonic()
+            if self._fair and self._owner in entry.queue:
+                was_first = entry.queue[0] == self._owner
                 entry.queue.remove(self._owner)
-                self._store.cond.notify_all()
+                if was_first:
+                    store.freed(self._key, entry, now)  # the next in line may take a free key
+                    return
+            store.settle(self._key, entry, now)
 
 
 class MemoryBackend(Backend):
@@ -78,6 +198,8 @@ class MemoryBackend(Backend):
         Capability.TTL | Capability.FENCING | Capability.FAIR | Capability.NOTIFY | Capability.LIST
     )
     grade: ClassVar[Grade] = Grade.PROCESS
+    #: new keys after which expired, unreleased leases are swept (or more, in a larger store)
+    SWEEP_AT: ClassVar[int] = SWEEP_AT
 
     def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
         super().__init__(url, options)
@@ -86,52 +208,62 @@ class MemoryBackend(Backend):
 
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         store = self._store
-        with store.cond:
+        with store.lock:
             now = time.monotonic()
-            entry = store.entries.setdefault(key, _Entry())
-            if entry.owner == owner and entry.held(now):
-                entry.expires = now + ttl
-                return Grant(True, entry.token)
-            if entry.held(now):
-                assert entry.owner is not None
+            entry = store.entries.get(key)
+            if entry is None:
+                entry = store.add(key, now)
+            elif entry.held(now):
+                if entry.owner == owner:
+                    entry.expires = now + ttl
+                    return Grant(True, entry.token)
                 return Grant(False, retry_after=entry.expires - now)
-            if entry.queue and entry.queue[0] != owner:
-                return Grant(False, retry_after=None)
-            if entry.queue:
+            elif entry.queue:
+                if entry.queue[0] != owner:
+                    return Grant(False, retry_after=None)
                 entry.queue.popleft()
+            store.fence += 1
             entry.owner = owner
             entry.expires = now + ttl
-            entry.token += 1
+            entry.token = store.fence
             return Grant(True, entry.token)
 
     def release(self, key: str, owner: str) -> bool:
         store = self._store
-        with store.cond:
+        with store.lock:
             entry = store.entries.get(key)
-            if entry is None or entry.owner != owner or not entry.held(time.monotonic()):
+            if entry is None:
+                return False
+            now = time.monotonic()
+            if entry.owner != owner or not entry.held(now):
+                store.settle(key, entry, now)
                 return False
             entry.owner = None
-            store.cond.notify_all()
+            store.freed(key, entry, now)
             return True
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
-        with self._store.cond:
-            entry = self._store.entries.get(key)
+        return self.adopt(key, owner, ttl).acquired
+
+    def adopt(self, key: str, owner: str, ttl: float) -> Grant:
+        store = self._store
+        with store.lock:
+            entry = store.entries.get(key)
             now = time.monotonic()
             if entry is None or entry.owner != owner or not entry.held(now):
-                return False
+                return Grant(False)
             entry.expires = now + ttl
-            return True
+            return Grant(True, entry.token)
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
-        return _MemoryWaiter(self, key, owner, fair)
+        return _MemoryWaiter(self._store, key, owner, fair)
 
     def _lease(self, key: str, entry: _Entry, now: float) -> Lease:
         assert entry.owner is not None
         return Lease(key, entry.owner[:8], entry.token, entry.expires - now, "this process")
 
     def list(self, prefix: str) -> list[Lease]:
-        with self._store.cond:
+        with self._store.lock:
             now = time.monotonic()
             return [
                 self._lease(key, entry, now)
@@ -140,16 +272,21 @@ class MemoryBackend(Backend):
             ]
 
     def info(self, key: str) -> Lease | None:
-        with self._store.cond:
+        with self._store.lock:
             now = time.monotonic()
             entry = self._store.entries.get(key)
             return self._lease(key, entry, now) if entry is not None and entry.held(now) else None
 
     def force_release(self, key: str) -> bool:
-        with self._store.cond:
-            entry = self._store.entries.get(key)
-            if entry is None or not entry.held(time.monotonic()):
+        store = self._store
+        with store.lock:
+            entry = store.entries.get(key)
+            if entry is None:
+                return False
+            now = time.monotonic()
+            if not entry.held(now):
+                store.settle(key, entry, now)
                 return False
             entry.owner = None
-            self._store.cond.notify_all()
+            store.freed(key, entry, now)
             return True

@@ -1,0 +1,140 @@
+"""Leases: expiry, extension, renewal by the watchdog, and holders finding out they lost it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from ...backends.base import Capability
+from ...errors import LockLost
+from ...lease import validity
+from .fixtures import ContractBase, KitFactory, Recorder
+
+__all__ = ["LeaseContract"]
+
+
+class LeaseContract(ContractBase):
+    """A lease bounds how long a holder blocks others, and a holder that loses it is told."""
+
+    def test_ttl_expiry_lets_another_kit_take_over(self, make_kit: KitFactory) -> None:
+        a, b = make_kit(), make_kit()
+        self.require(a, Capability.TTL)
+        first = a.lock("lease", ttl=0.3, auto_renew=False)
+        before = time.monotonic()
+        assert first.acquire()
+        second = b.lock("lease", timeout=3)
+        assert second.acquire() is True
+        taken = time.monotonic()
+        # Safety: nobody gets the key while the first holder may still trust its lease.
+        assert taken >= before + validity(0.3)
+        assert first.lost, "the old holder must already know when someone else has it"
+        assert taken - before < 0.3 + 0.3, f"took {taken - before:.3f} s to expire a 0.3 s ttl"
+        if Capability.FENCING in a.backend.capabilities:
+            assert first.token is not None and second.token is not None
+            assert second.token > first.token
+        with pytest.raises(LockLost):
+            first.check()
+        with pytest.raises(LockLost) as caught:
+            first.release()
+        assert caught.value.key == "lease"
+        assert second.owned()
+        info = b.admin.info("lease")
+        assert info is not None and second.owner is not None
+        assert second.owner.startswith(info.owner_hint)
+        second.release()
+
+    def test_extend_keeps_the_lock_past_its_original_ttl(self, make_kit: KitFactory) -> None:
+        a, b = make_kit(), make_kit()
+        self.require(a, Capability.TTL)
+        held = a.lock("ext", ttl=0.3, auto_renew=False)
+        assert held.acquire()
+        time.sleep(0.15)
+        held.extend()  # another 0.3 s from now
+        held.extend(0.6)
+        time.sleep(0.3)  # 0.45 s after acquiring: past the first ttl
+        held.check()
+        assert held.owned()
+        assert b.lock("ext").acquire(blocking=False) is False
+        held.release()
+        assert b.lock("ext").acquire(blocking=False) is True
+
+    def test_release_of_an_expired_lock_raises_lock_lost(self, make_kit: KitFactory) -> None:
+        kit = make_kit()
+        self.require(kit, Capability.TTL)
+        held = kit.lock("expired", ttl=0.2, auto_renew=False)
+        assert held.acquire()
+        time.sleep(0.3)
+        assert held.lost and not held.owned()
+        with pytest.raises(LockLost) as caught:
+            held.release()
+        assert caught.value.key == "expired"
+        assert "expired" in str(caught.value)
+        assert kit.admin.info("expired") is None
+
+    # -- lost-lock detection -------------------------------------------------------------------
+
+    def test_lost_lock_is_detected_without_renewal(self, make_kit: KitFactory) -> None:
+        kit = make_kit()
+        self.require(kit, Capability.TTL)
+        lost = Recorder()
+        lock = kit.lock("job", ttl=0.3, auto_renew=False, on_lost=lost)
+        with pytest.raises(LockLost) as caught, lock:
+            lock.check()
+            time.sleep(0.4)
+            assert lock.lost
+            with pytest.raises(LockLost):
+                lock.check()
+        assert caught.value.key == "job"
+        assert lost.event.wait(1.0), "on_lost was not called at the lease deadline"
+        assert lost.calls == [lock]
+        assert lost.threads[0] != threading.current_thread().name
+
+    def test_auto_renew_keeps_a_short_lease_held(self, make_kit: KitFactory) -> None:
+        a, b = make_kit(), make_kit()
+        self.require(a, Capability.TTL)
+        lost = Recorder()
+        with a.lock("renewed", ttl=0.3, auto_renew=True, on_lost=lost) as held:
+            end = time.monotonic() + 1.0
+            while time.monotonic() < end:
+                assert b.lock("renewed").acquire(blocking=False) is False
+                held.check()
+                time.sleep(0.1)
+            assert held.owned()
+        assert not lost.calls
+        assert b.lock("renewed").acquire(blocking=False) is True
+
+    def test_force_release_makes_the_holder_find_out(self, make_kit: KitFactory) -> None:
+        holder_kit, admin_kit, other = make_kit(), make_kit(), make_kit()
+        lost = Recorder()
+        held = holder_kit.lock("stuck", ttl=0.6, auto_renew=True, on_lost=lost)
+        assert held.acquire()
+        assert admin_kit.admin.force_release("stuck") is True
+        assert admin_kit.admin.force_release("stuck") is False
+        assert admin_kit.admin.info("stuck") is None
+        taker = other.lock("stuck")
+        assert taker.acquire(blocking=False) is True
+        if Capability.FENCING in other.backend.capabilities:
+            assert taker.token is not None and held.token is not None
+            assert taker.token > held.token
+        # The watchdog's next renewal (every ttl/3) finds the key gone.
+        assert lost.event.wait(1.0), "the holder was not told its lock was force-released"
+        with pytest.raises(LockLost):
+            held.check()
+        with pytest.raises(LockLost):
+            held.release()
+        assert taker.owned()
+        info = admin_kit.admin.info("stuck")
+        assert info is not None and info.token == taker.token
+        taker.release()
+
+    def test_force_release_then_release_raises_lock_lost(self, make_kit: KitFactory) -> None:
+        a, b = make_kit(), make_kit()
+        held = a.lock("stuck2", auto_renew=False)
+        assert held.acquire()
+        assert b.admin.force_release("stuck2")
+        assert b.lock("stuck2").acquire(blocking=False)
+        with pytest.raises(LockLost):
+            held.release()
+        assert b.admin.info("stuck2") is not None

@@ -1,0 +1,106 @@
+"""memory:// across ``os.fork()``: a child forked while other threads use the store can use it.
+
+Programs fork with threads running (a watchdog, a pre-forking server, ``multiprocessing``'s
+"fork" start method). The child must not inherit a store locked by a thread it does not
+have, nor a queue headed by a waiter it does not have.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from lockkit_core import LockKit
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+FORKS = 20
+CHILD_LIMIT = 5.0
+
+
+@pytest.fixture
+def kit() -> Iterator[LockKit]:
+    kit = LockKit(f"memory://fork-{uuid.uuid4().hex[:12]}", ttl=30.0, auto_renew=False)
+    yield kit
+    kit.close()
+
+
+def _run_in_child(body: Callable[[], bool]) -> str | None:
+    """Fork; the child runs ``body`` and exits 0 if it returned True. None if it did, else
+    what went wrong (a child that hangs is killed after CHILD_LIMIT seconds)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            code = 0 if body() else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + CHILD_LIMIT
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return None if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else (
+                f"child exited with status {status}"
+            )
+        time.sleep(0.005)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return f"child hung for {CHILD_LIMIT} s"
+
+
+def test_a_child_forked_while_another_thread_uses_the_store_can_lock(kit: LockKit) -> None:
+    backend = kit.backend
+    stop = threading.Event()
+
+    def busy() -> None:
+        owner = secrets.token_hex(16)
+        while not stop.is_set():
+            backend.try_acquire("busy", owner, 30.0)
+            backend.release("busy", owner)
+
+    thread = threading.Thread(target=busy, daemon=True)
+    thread.start()
+    try:
+
+        def child() -> bool:
+            return kit.lock("in-child").acquire(timeout=1.0)
+
+        forks, failure = 0, None
+        while failure is None and forks < FORKS:  # one failure is enough: a hang costs seconds
+            forks += 1
+            failure = _run_in_child(child)
+    finally:
+        stop.set()
+        thread.join(5)
+    assert failure is None, f"child {forks} of {FORKS}: {failure}"
+
+
+def test_a_parents_queued_waiter_does_not_block_the_child(kit: LockKit) -> None:
+    backend = kit.backend
+    key = kit.lock("queued").full_key
+    holder = secrets.token_hex(16)
+    assert backend.try_acquire(key, holder, 0.5).acquired  # lapses soon in both processes
+    queued = threading.Event()
+    waiter = threading.Thread(
+        target=lambda: (queued.set(), kit.lock("queued", fair=True).acquire(timeout=3.0))
+    )
+    waiter.start()
+    try:
+        assert queued.wait(5)
+        time.sleep(0.05)  # let it join the queue behind the holder
+
+        def child() -> bool:
+            # The parent's waiter, first in line, does not exist here.
+            return kit.lock("queued").acquire(timeout=2.0)
+
+        failure = _run_in_child(child)
+    finally:
+        waiter.join(5)
+    assert failure is None, failure
