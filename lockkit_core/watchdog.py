@@ -1,0 +1,127 @@
+"""The watchdog: renews leases every ttl/3 and reports the ones that were lost.
+
+Holds that neither renew nor have ``on_lost`` callbacks never reach it: they cost nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING
+
+from . import lease
+from .errors import BackendError
+from .hold import Hold
+
+if TYPE_CHECKING:
+    from .kit import LockKit
+
+__all__ = ["Watchdog"]
+
+log = logging.getLogger("lockkit")
+
+
+class Watchdog:
+    """One thread per kit that renews leases and reports lost ones."""
+
+    def __init__(self, kit: LockKit) -> None:
+        self._kit = weakref.ref(kit)
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Hold]] = []
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._compact_at = 256
+        self._wake_at = 0.0  # when the sleeping thread wakes by itself; 0 while it is busy
+
+    def watch(self, hold: Hold) -> None:
+        """Start renewing ``hold`` (auto_renew), or watching its deadline (on_lost only)."""
+        if hold.auto_renew:
+            self.schedule(hold, time.monotonic() + lease.renew_interval(hold.ttl))
+        elif hold.lock.on_lost:
+            self.schedule(hold, hold.deadline)
+
+    def schedule(self, hold: Hold, due: float) -> None:
+        """Service ``hold`` at monotonic time ``due``."""
+        with self._cond:
+            heapq.heappush(self._heap, (due, next(self._seq), hold))
+            if len(self._heap) > self._compact_at:
+                # Released holds are dropped lazily; sweep them when they pile up.
+                self._heap = [entry for entry in self._heap if entry[2].active]
+                heapq.heapify(self._heap)
+                self._compact_at = max(256, 2 * len(self._heap))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="lockkit-watchdog", daemon=True
+                )
+                self._thread.start()
+            elif due < self._wake_at:
+                self._cond.notify()
+
+    def reset_after_fork(self) -> None:
+        """Forget the parent's holds and thread (a child never renews its parent's locks)."""
+        self._wake_at = 0.0
+        self._cond = threading.Condition()
+        self._heap = []
+        self._thread = None
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if not self._heap:
+                        self._wake_at = time.monotonic() + 30.0
+                        self._cond.wait(30.0)
+                        self._wake_at = 0.0
+                        if not self._heap:
+                            self._thread = None
+                            return
+                        continue
+                    due, _, hold = self._heap[0]
+                    now = time.monotonic()
+                    # Released holds stay until their due time: popping them early would
+                    # wake this thread (and take the GIL) once per acquisition.
+                    if due > now:
+                        self._wake_at = due
+                        self._cond.wait(due - now)
+                        self._wake_at = 0.0
+                        continue
+                    heapq.heappop(self._heap)
+                    if hold.active:
+                        break
+            if self._kit() is None:
+                return
+            try:
+                self._service(hold)
+            except Exception:  # the watchdog must survive anything a callback does
+                log.exception("lockkit watchdog failed on %s", hold.full_key)
+
+    def _service(self, hold: Hold) -> None:
+        """Renew ``hold`` or report it lost."""
+        if not hold.active or hold.pid != os.getpid():
+            return
+        if hold.is_lost():
+            hold.mark_lost(hold.lost_reason or "its lease ran out before it was renewed")
+            return
+        if not hold.auto_renew:
+            self.schedule(hold, hold.deadline)
+            return
+        try:
+            renewed = hold.extend(hold.ttl, raise_on_loss=False)
+        except BackendError as exc:
+            if not hold.active:
+                return
+            now = time.monotonic()
+            if now >= hold.deadline:
+                hold.mark_lost(f"renewal failed until the lease ran out ({exc})")
+                return
+            log.warning("renewing %s failed, retrying: %s", hold.full_key, exc)
+            due = min(now + lease.retry_interval(hold.ttl), hold.deadline)
+            self.schedule(hold, due)
+            return
+        if renewed and hold.active:
+            self.schedule(hold, time.monotonic() + lease.renew_interval(hold.ttl))
