@@ -14,7 +14,7 @@ from . import lease
 from .backends.base import Backend, Grant, Waiter
 from .errors import BackendError, BackendUnavailable
 
-__all__ = ["Acquired", "acquire", "give_back"]
+__all__ = ["Acquired", "acquire", "dead_on_arrival_error", "give_back"]
 
 log = logging.getLogger("lockkit")
 
@@ -37,19 +37,23 @@ def acquire(
     fair: bool,
     blocking: bool,
     timeout: float | None,
-    adopted: bool,
 ) -> Acquired | None:
-    """Take ``full_key`` for ``owner``; None if it stayed busy until ``timeout``.
+    """Take ``full_key`` for ``owner``; None only if someone else held it until ``timeout``.
 
-    Raises :class:`BackendUnavailable` if the store cannot be reached, or if every grant
-    arrives with its lease already over (the link is slower than the ttl).
+    A grant this call obtains is kept whenever its lease is still valid, even if the round
+    trip outlasted ``timeout``: False would tell the caller the key is busy, and it is not.
+    A grant whose lease is over on arrival is given back and asked for again; after
+    up to :data:`~lockkit_core.lease.MAX_DEAD_ON_ARRIVAL` of them in one call (or when the caller's
+    time is up) :class:`BackendUnavailable` names the round trip and the ttl, rather than
+    spinning. It is raised too when the store cannot be reached, never turned into None.
     """
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     waiter: Waiter | None = None
     acquired = False
     reachable = True
-    too_slow: float | None = None
+    dead_on_arrival = 0
+    slowest = 0.0
     try:
         if blocking and backend.queue_first():
             waiter = backend.waiter(full_key, owner, fair)
@@ -66,17 +70,16 @@ def acquire(
                             # is measured from a recent request, not from the queueing.
                             break
                     valid_until = sent + lease.validity(ttl)
-                    late = blocking and deadline is not None and timeout and now > deadline
-                    if now >= valid_until or late:
-                        if not adopted:  # an adopted lease is not ours to give back
-                            give_back(backend, full_key, owner)
-                        if now >= valid_until:
-                            too_slow = now - sent
-                        else:
-                            return None
-                    else:
+                    if now < valid_until:
                         acquired = True
                         return Acquired(grant.token, valid_until)
+                    give_back(backend, full_key, owner)
+                    dead_on_arrival += 1
+                    slowest = max(slowest, now - sent)
+                    if dead_on_arrival >= lease.MAX_DEAD_ON_ARRIVAL:
+                        raise dead_on_arrival_error(key, ttl, slowest, dead_on_arrival)
+                    if blocking:
+                        break  # we gave the key back ourselves: ask again at once
                 if not blocking:
                     break
                 remaining = None if deadline is None else deadline - now
@@ -86,8 +89,7 @@ def acquire(
                     # Register before the next attempt so a release in between wakes us.
                     waiter = backend.waiter(full_key, owner, fair)
                     break
-                retry_after = grant.retry_after if too_slow is None else lease.MIN_WAIT * 10
-                handed = waiter.wait(lease.next_wait(retry_after, remaining))
+                handed = waiter.wait(lease.next_wait(grant.retry_after, remaining))
                 if handed is None:
                     break
                 grant = handed
@@ -99,12 +101,19 @@ def acquire(
     finally:
         if waiter is not None:
             waiter.close(acquired, reachable=reachable)
-    if too_slow is not None:
-        raise BackendUnavailable(
-            f"the grant of {key!r} took {too_slow:.3f} s to arrive, past its "
-            f"{ttl:g} s lease; the link to the store is slower than the TTL"
-        )
+    if dead_on_arrival:
+        raise dead_on_arrival_error(key, ttl, slowest, dead_on_arrival)
     return None
+
+
+def dead_on_arrival_error(key: str, ttl: float, took: float, grants: int) -> BackendUnavailable:
+    """The error for grants whose lease was over before their answer arrived."""
+    return BackendUnavailable(
+        f"{grants} grant(s) of {key!r} arrived with their lease already over: the round "
+        f"trip to the store took {took:.3f} s, past the usable part of the {ttl:g} s ttl "
+        "(the link to the store is slower than the TTL); raise the ttl well above the "
+        "round trip, or fix the link"
+    )
 
 
 def give_back(backend: Backend, full_key: str, owner: str) -> None:

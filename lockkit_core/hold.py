@@ -4,6 +4,16 @@ A ``Hold`` is what is actually held; ``Lock`` handles point at it. Every handle 
 the same key in the same thread shares one hold, so the store is touched once per outermost
 acquisition. The lease is tracked with the monotonic clock, measured from *before* the request
 that obtained or extended it was sent, so ``is_lost()`` decides locally, without a round trip.
+
+Who a hold belongs to decides when it has leaked (see :meth:`Hold.leak`):
+
+* a reentrant hold belongs to its *thread* (like ``threading.RLock``): only that thread can
+  release it, so once the thread has exited nobody can, and the hold has leaked;
+* a non-reentrant hold belongs to its *acquisition* (like ``threading.Lock``): any thread may
+  release it through the handle, so the thread that took it exiting is no leak;
+* either way, once every handle that used the hold is garbage, nobody can release it.
+
+A hold is weakly tied to its handles, so the watchdog renewing it never keeps them alive.
 """
 
 from __future__ import annotations
@@ -12,6 +22,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING
 
 from . import lease
@@ -36,6 +47,7 @@ class Hold:
         "count",
         "deadline",
         "full_key",
+        "handles",
         "key",
         "lock",
         "lost_reason",
@@ -49,7 +61,9 @@ class Hold:
     def __init__(
         self, lock: Lock, backend: Backend, owner: str, token: int | None, deadline: float
     ) -> None:
-        self.lock = lock  # the handle whose on_lost callbacks and settings apply
+        # The handle whose on_lost callbacks apply, and every handle that re-entered it.
+        self.lock = weakref.ref(lock)
+        self.handles = [self.lock]
         self.backend = backend
         self.key = lock.key
         self.full_key = lock.full_key
@@ -59,7 +73,8 @@ class Hold:
         self.auto_renew = lock.auto_renew
         self.deadline = deadline
         self.count = 1
-        self.thread = threading.get_ident()
+        # The thread object, never its ident: idents are reused by later threads.
+        self.thread = threading.current_thread() if lock.reentrant else None
         self.pid = os.getpid()
         self.lost_reason: str | None = None
         self.active = True
@@ -102,11 +117,27 @@ class Hold:
             raise LockLost(self.key, lost_message(self.key, self))
 
     def mark_lost(self, reason: str) -> None:
-        """Record the loss once, log it and run the handle's ``on_lost`` callbacks."""
-        if self.lost_reason is None:
+        """Record the loss once, log it and run the handle's ``on_lost`` callbacks.
+
+        A hold its owner has released is never reported lost: a renewal racing the release
+        (its extension reaches the store after the release did) finds the key gone, and
+        that is the release, not a loss. ``active`` is cleared before the release is sent,
+        so an extension whose answer says "gone" always sees it cleared.
+        """
+        if self.lost_reason is None and self.active:
             self.lost_reason = reason
             log.warning("lock %s lost: %s", self.full_key, reason)
-            self.lock._fire_lost()
+            lock = self.lock()
+            if lock is not None:
+                lock._fire_lost()
+
+    def leak(self) -> str | None:
+        """Why nobody can release this hold any more (see the module docstring), or None."""
+        if all(handle() is None for handle in self.handles):
+            return "every handle on it was dropped without release()"
+        if self.thread is not None and not self.thread.is_alive():
+            return f"its thread {self.thread.name!r} exited without releasing it"
+        return None
 
 
 def lost_message(key: str, hold: Hold) -> str:

@@ -12,13 +12,13 @@ from typing import Any, ParamSpec, TypeVar
 
 from .admin import Admin
 from .backends.base import Backend, Capability
-from .config import UNSET, LockKitConfig, check_seconds
+from .config import UNSET, LockKitConfig, check_timeout, check_ttl
 from .errors import ConfigError, LockNotOwned, NotSupported
 from .hold import Hold
 from .keys import KeyTemplate, check_key
 from .lock import Lock, OnLost
 from .registry import create_backend
-from .watchdog import Watchdog
+from .watchdog import watch
 
 __all__ = ["LockKit"]
 
@@ -70,14 +70,14 @@ class LockKit:
             )
             if value is not UNSET
         }
-        if "ttl" in changes:
-            changes["ttl"] = check_seconds("ttl", changes["ttl"], allow_none=False)
         self.config = base.replace(**changes) if changes else base
         self.namespace = self.config.namespace
         self.backend: Backend = create_backend(self.config.url, self.config.options)
         self._holds: dict[str, Hold] = {}
         self._holds_lock = threading.Lock()
-        self._watchdog = Watchdog(self)
+        # A kit dropped without close() still closes its store; the watchdog never refers to
+        # kits, so it does not keep one alive.
+        self._closer = weakref.finalize(self, self.backend.close)
         self.admin = Admin(self)
         _kits.add(self)
 
@@ -91,7 +91,7 @@ class LockKit:
 
     def close(self) -> None:
         """Close the store's connections. Held locks stay held until their TTL."""
-        self.backend.close()
+        self._closer()
 
     def __enter__(self) -> LockKit:
         return self
@@ -115,8 +115,16 @@ class LockKit:
     ) -> Lock:
         """A handle on ``key``. Arguments left out come from the kit's settings.
 
-        ``owner`` adopts an acquisition made elsewhere (another process) so that it can be
-        released or extended here.
+        ``timeout``: ``None`` or ``-1`` waits forever, ``0`` does not wait. ``reentrant=True``
+        (the default) re-enters per thread like ``threading.RLock``; ``reentrant=False``
+        belongs to its acquisition like ``threading.Lock``, so another thread (an event
+        loop after ``asyncio.to_thread``) may release it.
+
+        ``owner`` adopts an acquisition made elsewhere (another process), given its owner
+        token: ``release()`` and ``extend()`` act on that lease directly, and ``acquire()``
+        (or ``with``) confirms on the store that the token still holds the key and then
+        renews, checks and releases it here. Adoption never creates a holder: on a free key,
+        or one held under another token, ``acquire()`` raises :class:`LockNotOwned` at once.
         """
         check_key(key)
         options = self._lock_options(ttl, timeout, auto_renew, fair, on_lost, owner)
@@ -132,13 +140,8 @@ class LockKit:
         owner: str | None,
     ) -> dict[str, Any]:
         cfg = self.config
-        real_ttl = cfg.ttl if ttl is UNSET else check_seconds("ttl", ttl, allow_none=False)
-        if timeout is UNSET:
-            real_timeout = cfg.timeout
-        elif timeout == 0 and not isinstance(timeout, bool):
-            real_timeout = 0.0
-        else:
-            real_timeout = check_seconds("timeout", timeout, allow_none=True)
+        real_ttl = cfg.ttl if ttl is UNSET else check_ttl(ttl)
+        real_timeout = cfg.timeout if timeout is UNSET else check_timeout(timeout)
         renew = cfg.auto_renew if auto_renew is UNSET else auto_renew
         if not isinstance(renew, bool):
             raise ConfigError(f"auto_renew must be True or False, got {renew!r}")
@@ -211,9 +214,10 @@ class LockKit:
 
     def _register(self, lock: Lock, owner: str, token: int | None, valid_until: float) -> Hold:
         hold = Hold(lock, self.backend, owner, token, valid_until)
-        with self._holds_lock:
-            self._holds[lock.full_key] = hold
-        self._watchdog.watch(hold)
+        if lock.reentrant:  # a non-reentrant hold belongs to its handle, not to a thread
+            with self._holds_lock:
+                self._holds[lock.full_key] = hold
+        watch(hold)
         return hold
 
     def _release_foreign(self, key: str, full_key: str, owner: str) -> None:
@@ -227,5 +231,4 @@ class LockKit:
     def _after_fork_in_child(self) -> None:
         self._holds_lock = threading.Lock()
         self._holds = {}
-        self._watchdog.reset_after_fork()
         self.backend.after_fork_in_child()

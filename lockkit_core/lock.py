@@ -11,12 +11,16 @@ import logging
 import os
 import secrets
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from . import lease
 from .acquire import acquire as acquire_grant
-from .config import UNSET, check_seconds
+from .acquire import dead_on_arrival_error
+from .config import UNSET, check_timeout, check_ttl
 from .errors import ConfigError, LockLost, LockNotOwned, LockTimeout
 from .hold import Hold, inherited_message, lost_message
 from .keys import namespaced
@@ -65,8 +69,11 @@ class Lock:
         self.fair = fair
         self.on_lost: list[OnLost] = list(on_lost)
         self._given_owner = owner
-        # thread ident -> [hold, depth]: a handle may be shared by threads like threading.Lock
-        self._uses: dict[int, list[Any]] = {}
+        # Reentrant: this thread's [hold, depth], in a thread-local so that it dies with its
+        # thread and a later thread reusing the ident starts empty. Non-reentrant: the hold
+        # of the current acquisition, whichever thread took it.
+        self._local = threading.local()
+        self._hold: Hold | None = None
         self._last: Hold | None = None  # what other threads and callbacks see
 
     def __repr__(self) -> str:
@@ -74,7 +81,9 @@ class Lock:
         return f"<Lock {self.full_key!r} {state} token={self.token}>"
 
     def _here(self) -> Hold | None:
-        use = self._uses.get(threading.get_ident())
+        if not self.reentrant:
+            return self._hold
+        use: list[Any] | None = getattr(self._local, "use", None)
         return use[0] if use is not None else None
 
     def _view(self) -> Hold | None:
@@ -102,7 +111,8 @@ class Lock:
         return hold is not None and hold.is_lost()
 
     def owned(self) -> bool:
-        """True while this thread holds the lock through this handle and the lease is valid."""
+        """True while the lease is valid and held through this handle: by this thread for a
+        reentrant lock, by the acquisition (any thread) for ``reentrant=False``."""
         hold = self._here()
         return hold is not None and hold.pid == os.getpid() and not hold.is_lost()
 
@@ -123,102 +133,138 @@ class Lock:
     # -- acquire / release -------------------------------------------------------------------
 
     def acquire(self, blocking: bool = True, timeout: Any = UNSET) -> bool:
-        """Take the lock; False if it stayed busy (``blocking=False``: after one attempt).
+        """Take the lock; False if someone else held it (``blocking=False``: after one attempt).
 
-        ``timeout`` defaults to the handle's; ``None`` or ``-1`` waits forever.
-        Raises :class:`BackendUnavailable` if the store cannot be reached: an outage is
-        never reported as "busy".
+        ``timeout`` defaults to the handle's; ``None`` or ``-1`` waits forever, ``0`` not at
+        all. A grant this call obtains is kept if its lease is still valid, even when the
+        round trip outlasted ``timeout``. Raises :class:`BackendUnavailable` if the store
+        cannot be reached: an outage is never reported as "busy".
+
+        On a handle made with ``kit.lock(key, owner=token)`` it adopts that existing lease
+        instead: it confirms on the store that ``token`` holds the key, renews the lease,
+        and from then on renews, checks and releases it through this handle. It never waits
+        and never takes a free key; if ``token`` does not hold the key it raises
+        :class:`LockNotOwned`.
         """
-        if isinstance(timeout, bool):
-            raise ConfigError(f"timeout must be a number of seconds or None, got {timeout!r}")
-        if timeout is UNSET:
-            timeout = self.timeout
-        elif timeout == -1:
-            timeout = None
-        elif timeout is not None and timeout != 0:
-            timeout = check_seconds("timeout", timeout, allow_none=True)
-        if not blocking and timeout not in (None, 0, 0.0):
+        timeout = self.timeout if timeout is UNSET else check_timeout(timeout)
+        if not blocking and timeout not in (None, 0):
             raise ConfigError("acquire(blocking=False) takes no timeout")
         kit = self.kit
-        me = threading.get_ident()
-        use = self._uses.get(me)
+        if self.reentrant and self._reenter():
+            return True
+        # Not re-entered: contend on the store like any other owner (a non-reentrant handle
+        # taken twice by one thread waits on itself, as threading.Lock does).
+        if self._given_owner is not None:
+            hold = self._adopt(self._given_owner)
+        else:
+            owner = new_owner_token()
+            got = acquire_grant(
+                kit.backend,
+                self.full_key,
+                self.key,
+                owner,
+                self.ttl,
+                fair=self.fair,
+                blocking=blocking and timeout != 0,
+                timeout=timeout,
+            )
+            if got is None:
+                return False
+            hold = kit._register(self, owner, got.token, got.valid_until)
+        if self.reentrant:
+            self._local.use = [hold, 1]
+        else:
+            self._hold = hold
+        self._last = hold
+        return True
+
+    def _reenter(self) -> bool:
+        kit = self.kit
+        use: list[Any] | None = getattr(self._local, "use", None)
         with kit._holds_lock:
             hold = kit._holds.get(self.full_key)
             if (
-                self.reentrant
-                and hold is not None
-                and hold.thread == me
-                and hold.pid == os.getpid()
-                and hold.active
-                and (use is None or use[0] is hold)
+                hold is None
+                or hold.thread is not threading.current_thread()
+                or hold.pid != os.getpid()
+                or not hold.active
+                or (use is not None and use[0] is not hold)
+                or (self._given_owner is not None and self._given_owner != hold.owner)
+                or hold.leak() is not None  # leaked: expiring, and told so, not to be reused
             ):
-                if hold.is_lost():
-                    raise LockLost(self.key, lost_message(self.key, hold))
-                hold.count += 1
-                if use is None:
-                    use = self._uses[me] = [hold, 0]
-                use[1] += 1
-                return True
-        # Not re-entered: contend on the store like any other owner (a non-reentrant handle
-        # taken twice by one thread waits on itself, as threading.Lock does).
-        owner = self._given_owner or new_owner_token()
-        got = acquire_grant(
-            kit.backend,
-            self.full_key,
-            self.key,
-            owner,
-            self.ttl,
-            fair=self.fair,
-            blocking=blocking and timeout != 0,
-            timeout=timeout,
-            adopted=self._given_owner is not None,
-        )
-        if got is None:
-            return False
-        hold = kit._register(self, owner, got.token, got.valid_until)
-        self._uses[me] = [hold, 1]
-        self._last = hold
-        return True
+                return False
+            if hold.is_lost():
+                raise LockLost(self.key, lost_message(self.key, hold))
+            hold.count += 1
+            if use is None:
+                use = self._local.use = [hold, 0]
+                hold.handles.append(weakref.ref(self))
+            use[1] += 1
+            return True
+
+    def _adopt(self, owner: str) -> Hold:
+        sent = time.monotonic()
+        grant = self.kit.backend.adopt(self.full_key, owner, self.ttl)
+        if not grant.acquired:
+            raise LockNotOwned(
+                self.key,
+                f"cannot adopt {self.key!r}: the owner token given to kit.lock(owner=...) "
+                "does not hold it (its lease ran out, it was released, or another owner "
+                "holds the key); adoption takes over an existing lease, never a free key",
+            )
+        now = time.monotonic()
+        valid_until = sent + lease.validity(self.ttl)
+        if now >= valid_until:
+            raise dead_on_arrival_error(self.key, self.ttl, now - sent, 1)
+        return self.kit._register(self, owner, grant.token, valid_until)
 
     def release(self) -> None:
         """Release one level of reentrancy; the store is told when the outermost one ends.
 
+        A reentrant lock is released by the thread that holds it; a ``reentrant=False`` one
+        by any thread (it belongs to its acquisition, as with ``threading.Lock``).
         Raises :class:`LockNotOwned` if we do not hold it, :class:`LockLost` if the lease
         had run out (someone else may have held the key meanwhile).
         """
-        me = threading.get_ident()
-        use = self._uses.get(me)
-        if use is None:
+        kit = self.kit
+        hold = self._here()
+        if hold is None:
             if self._given_owner is not None:
-                self.kit._release_foreign(self.key, self.full_key, self._given_owner)
+                kit._release_foreign(self.key, self.full_key, self._given_owner)
                 return
-            where = "another thread" if self._uses else "nobody"
-            raise LockNotOwned(
-                self.key,
-                f"cannot release {self.key!r}: this thread does not hold it through this "
-                f"handle (held by {where}; locks are owned per thread)",
+            how = (
+                "this thread does not hold it through this handle (reentrant locks are "
+                "owned per thread; use reentrant=False to release from another thread)"
+                if self.reentrant
+                else "this handle does not hold it"
             )
-        hold: Hold = use[0]
+            raise LockNotOwned(self.key, f"cannot release {self.key!r}: {how}")
         if hold.pid != os.getpid():
             raise LockNotOwned(self.key, inherited_message(self.key, hold))
-        use[1] -= 1
-        if use[1] == 0:
-            del self._uses[me]
-            if self._last is hold:
-                self._last = None
-        with self.kit._holds_lock:
+        with kit._holds_lock:
+            if self.reentrant:
+                use: list[Any] = self._local.use
+                use[1] -= 1
+                if use[1] == 0:
+                    self._local.use = None
+            elif self._hold is hold:
+                self._hold = None
+            else:  # another thread released it first
+                raise LockNotOwned(self.key, f"cannot release {self.key!r}: already released")
             hold.count -= 1
             if hold.count > 0:
                 return
+            # Cleared before the store hears of it: see Hold.mark_lost.
             hold.active = False
-            if self.kit._holds.get(self.full_key) is hold:
-                del self.kit._holds[self.full_key]
+            if kit._holds.get(self.full_key) is hold:
+                del kit._holds[self.full_key]
+            if self._last is hold:
+                self._last = None
         hold.release()
 
     def extend(self, ttl: float | None = None) -> None:
         """Reset the lease to ``ttl`` seconds (default: the lock's ttl) from now."""
-        new_ttl = self.ttl if ttl is None else check_seconds("ttl", ttl, allow_none=False)
-        assert new_ttl is not None
+        new_ttl = self.ttl if ttl is None else check_ttl(ttl)
         hold = self._view()
         if hold is None:
             if self._given_owner is None:

@@ -1,6 +1,12 @@
-"""The watchdog: renews leases every ttl/3 and reports the ones that were lost.
+"""The watchdog: one thread per process that renews leases every ttl/3 and reports lost ones.
 
 Holds that neither renew nor have ``on_lost`` callbacks never reach it: they cost nothing.
+
+It knows holds, never kits: a kit dropped without ``close()`` is collected as usual (its
+``weakref.finalize`` closes its store). A hold keeps its backend alive only while it is being
+renewed, and it is renewed only while someone can still release it: a leaked hold (every
+handle dropped, or a reentrant hold whose thread exited; see :mod:`lockkit_core.hold`) is
+dropped at its next renewal with a ``ResourceWarning``, and its lease runs out on the store.
 """
 
 from __future__ import annotations
@@ -11,26 +17,22 @@ import logging
 import os
 import threading
 import time
-import weakref
-from typing import TYPE_CHECKING
+import warnings
 
 from . import lease
 from .errors import BackendError
 from .hold import Hold
 
-if TYPE_CHECKING:
-    from .kit import LockKit
-
-__all__ = ["Watchdog"]
+__all__ = ["Watchdog", "watch"]
 
 log = logging.getLogger("lockkit")
 
 
 class Watchdog:
-    """One thread per kit that renews leases and reports lost ones."""
+    """Renews leases and reports lost ones on one thread, started on demand; it exits
+    after 30 s with nothing to watch."""
 
-    def __init__(self, kit: LockKit) -> None:
-        self._kit = weakref.ref(kit)
+    def __init__(self) -> None:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, Hold]] = []
         self._seq = itertools.count()
@@ -42,7 +44,7 @@ class Watchdog:
         """Start renewing ``hold`` (auto_renew), or watching its deadline (on_lost only)."""
         if hold.auto_renew:
             self.schedule(hold, time.monotonic() + lease.renew_interval(hold.ttl))
-        elif hold.lock.on_lost:
+        elif _has_on_lost(hold):
             self.schedule(hold, hold.deadline)
 
     def schedule(self, hold: Hold, due: float) -> None:
@@ -93,23 +95,26 @@ class Watchdog:
                     heapq.heappop(self._heap)
                     if hold.active:
                         break
-            if self._kit() is None:
-                return
             try:
                 self._service(hold)
             except Exception:  # the watchdog must survive anything a callback does
                 log.exception("lockkit watchdog failed on %s", hold.full_key)
 
     def _service(self, hold: Hold) -> None:
-        """Renew ``hold`` or report it lost."""
+        """Renew ``hold``, report it lost, or drop it if it leaked."""
         if not hold.active or hold.pid != os.getpid():
             return
-        if hold.is_lost():
+        leak = hold.leak()
+        if leak is not None:
+            _drop_leaked(hold, leak)
+        elif hold.is_lost():
             hold.mark_lost(hold.lost_reason or "its lease ran out before it was renewed")
-            return
-        if not hold.auto_renew:
+        elif not hold.auto_renew:
             self.schedule(hold, hold.deadline)
-            return
+        else:
+            self._renew(hold)
+
+    def _renew(self, hold: Hold) -> None:
         try:
             renewed = hold.extend(hold.ttl, raise_on_loss=False)
         except BackendError as exc:
@@ -120,8 +125,37 @@ class Watchdog:
                 hold.mark_lost(f"renewal failed until the lease ran out ({exc})")
                 return
             log.warning("renewing %s failed, retrying: %s", hold.full_key, exc)
-            due = min(now + lease.retry_interval(hold.ttl), hold.deadline)
-            self.schedule(hold, due)
+            self.schedule(hold, min(now + lease.retry_interval(hold.ttl), hold.deadline))
             return
         if renewed and hold.active:
             self.schedule(hold, time.monotonic() + lease.renew_interval(hold.ttl))
+
+
+def _has_on_lost(hold: Hold) -> bool:
+    lock = hold.lock()
+    return lock is not None and bool(lock.on_lost)
+
+
+def _drop_leaked(hold: Hold, why: str) -> None:
+    hold.active = False
+    hold.lost_reason = f"it leaked ({why}) and was no longer renewed"
+    if hold.auto_renew:
+        warnings.warn(
+            f"lockkit: lock {hold.key!r} ({hold.full_key}) leaked: {why}. It is no longer "
+            f"renewed and frees itself within its ttl ({hold.ttl:g} s). Release what you "
+            "acquire, e.g. with 'with kit.lock(...):'",
+            ResourceWarning,
+            stacklevel=1,
+        )
+
+
+_watchdog = Watchdog()
+
+
+def watch(hold: Hold) -> None:
+    """Hand ``hold`` to the process's watchdog (see :meth:`Watchdog.watch`)."""
+    _watchdog.watch(hold)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_watchdog.reset_after_fork)
