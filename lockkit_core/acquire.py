@@ -117,8 +117,14 @@ def dead_on_arrival_error(key: str, ttl: float, took: float, grants: int) -> Bac
 
 
 def give_back(backend: Backend, full_key: str, owner: str) -> None:
-    """Release a grant we will not use; if that fails it expires by its TTL."""
+    """Release a grant we will not use; if the store refuses, it expires by its TTL.
+
+    :class:`BackendUnavailable` propagates: the next attempt would only spend another
+    socket timeout of the caller's on a store that cannot be reached.
+    """
     try:
         backend.release(full_key, owner)
+    except BackendUnavailable:
+        raise
     except BackendError:
         log.warning("could not give back a late grant of %s; it expires by TTL", full_key)

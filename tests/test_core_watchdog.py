@@ -9,6 +9,7 @@ import random
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -123,12 +124,15 @@ def test_dropped_kits_leak_neither_threads_nor_descriptors(tmp_path: Path) -> No
         pass
     gc.collect()
     threads_before, fds_before = _threads_and_fds()
+    dropped = []
     for i in range(200):
         kit = LockKit(url, namespace=f"kit{i}")
         with kit.lock("k", ttl=5):
             pass
+        dropped.append(weakref.ref(kit))
         del kit
     gc.collect()
+    assert all(ref() is None for ref in dropped), "something still refers to dropped kits"
     threads_after, fds_after = _threads_and_fds()
     assert threads_after <= threads_before + 1, (
         f"{threads_after - threads_before} threads more after 200 dropped kits"
