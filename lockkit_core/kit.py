@@ -75,17 +75,12 @@ class LockKit:
         self.backend: Backend = create_backend(self.config.url, self.config.options)
         self._holds: dict[str, Hold] = {}
         self._holds_lock = threading.Lock()
-        # A kit dropped without close() still closes its store. Nothing long-lived refers to
-        # a kit: handles do (so a kit lives while any of its locks can be released), the
-        # watchdog refers only to holds and their backend, and ``admin`` is made on demand
-        # rather than stored, so a dropped kit is freed at once, without a reference cycle.
+        # A kit dropped without close() still closes its store once collected. Nothing
+        # long-lived refers to a kit: its handles do (so it lives while any of its locks can
+        # be released), the watchdog refers only to holds and their backend.
         self._closer = weakref.finalize(self, self.backend.close)
+        self.admin = Admin(self)
         _kits.add(self)
-
-    @property
-    def admin(self) -> Admin:
-        """List, inspect and force-release locks under this kit's namespace."""
-        return Admin(self)
 
     @classmethod
     def from_config(cls, mapping: Mapping[str, Any] | None = None, **overrides: Any) -> LockKit:
