@@ -180,12 +180,13 @@ class Lock:
 
     def _reenter(self) -> bool:
         kit = self.kit
+        hold = kit._holds.get(self.full_key)
+        if hold is None or hold.thread is not threading.current_thread():
+            return False  # the common case, decided without the kit's lock
         use: list[Any] | None = getattr(self._local, "use", None)
         with kit._holds_lock:
-            hold = kit._holds.get(self.full_key)
             if (
-                hold is None
-                or hold.thread is not threading.current_thread()
+                kit._holds.get(self.full_key) is not hold
                 or hold.pid != os.getpid()
                 or not hold.active
                 or (use is not None and use[0] is not hold)
