@@ -7,6 +7,10 @@ It knows holds, never kits: a kit dropped without ``close()`` is collected as us
 renewed, and it is renewed only while someone can still release it: a leaked hold (every
 handle dropped, or a reentrant hold whose thread exited; see :mod:`lockkit_core.hold`) is
 dropped at its next renewal with a ``ResourceWarning``, and its lease runs out on the store.
+
+Renewals run one at a time on that thread, so a store that stops answering delays the
+renewals of every other store by up to its socket timeout per attempt: keep socket timeouts
+well below ttl/3. (A hold whose deadline passes meanwhile is reported lost, never renewed late.)
 """
 
 from __future__ import annotations
