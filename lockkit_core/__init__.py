@@ -24,7 +24,8 @@ from .errors import (
     NotSupported,
 )
 from .keys import KeyTemplate
-from .lock import Lock, LockKit
+from .kit import LockKit
+from .lock import Lock
 from .registry import known_schemes
 from .url import LockURL, parse_url
 

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .backends.base import Capability, Lease, capability_names
+from .backends.base import Backend, Capability, Lease, capability_names
 from .errors import NotSupported
 from .keys import check_key, namespaced
 
-if TYPE_CHECKING:
-    from .lock import LockKit
+__all__ = ["Admin", "BackendInfo", "KitView", "LockInfo"]
 
-__all__ = ["Admin", "BackendInfo", "LockInfo"]
+
+class KitView(Protocol):
+    """What the admin layer needs of a kit: its store and namespace (a ``LockKit`` is one)."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def namespace(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -49,7 +56,7 @@ class BackendInfo:
 class Admin:
     """``kit.admin``: operations for operators, not for application code paths."""
 
-    def __init__(self, kit: LockKit) -> None:
+    def __init__(self, kit: KitView) -> None:
         self._kit = kit
 
     def _relative(self, lease: Lease) -> LockInfo:

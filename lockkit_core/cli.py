@@ -20,7 +20,7 @@ from .admin import LockInfo
 from .backends.base import capability_names
 from .config import UNSET, default_url
 from .errors import LockKitError
-from .lock import LockKit
+from .kit import LockKit
 from .registry import backend_class, known_schemes
 from .url import parse_url
 

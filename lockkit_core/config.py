@@ -10,8 +10,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from .errors import ConfigError
+from .lease import MIN_TTL
 
-__all__ = ["DEFAULT_TTL", "UNSET", "LockKitConfig", "check_seconds", "default_url"]
+__all__ = [
+    "DEFAULT_TTL",
+    "UNSET",
+    "LockKitConfig",
+    "check_seconds",
+    "check_timeout",
+    "check_ttl",
+    "default_url",
+]
 
 
 class _Unset:
@@ -56,15 +65,36 @@ def check_seconds(name: str, value: object, *, allow_none: bool) -> float | None
         )
     seconds = float(value)
     if not math.isfinite(seconds) or seconds <= 0:
-        hint = " (use None to wait forever)" if allow_none and name == "timeout" else ""
+        hint = " (use None or -1 to wait forever)" if allow_none else ""
         raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}{hint}")
     return seconds
 
 
-def _check_timeout(value: object) -> float | None:
-    if value == 0 and not isinstance(value, bool):
+def check_ttl(value: object, name: str = "ttl") -> float:
+    """Validate a lease length: a finite number of seconds, at least :data:`~.lease.MIN_TTL`."""
+    seconds = check_seconds(name, value, allow_none=False)
+    assert seconds is not None
+    if seconds < MIN_TTL:
+        raise ConfigError(
+            f"{name} must be at least {MIN_TTL:g} s, got {value!r}: the clock-drift margin "
+            "(1% + 2 ms) would leave no time in which a grant is valid"
+        )
+    return seconds
+
+
+def check_timeout(value: object, name: str = "timeout") -> float | None:
+    """Validate a wait: ``None`` or ``-1`` (wait forever, as ``threading.Lock``), ``0`` (do
+    not wait) or a positive number of seconds. Returns None, 0.0 or the seconds."""
+    if isinstance(value, bool):
+        raise ConfigError(
+            f"{name} must be a number of seconds, None or -1, got {value!r} "
+            "(use blocking=False or timeout=0 not to wait)"
+        )
+    if value is None or (isinstance(value, int | float) and value == -1):
+        return None
+    if isinstance(value, int | float) and value == 0:
         return 0.0
-    return check_seconds("timeout", value, allow_none=True)
+    return check_seconds(name, value, allow_none=True)
 
 
 def _parse_bool(name: str, value: object) -> bool:
@@ -102,8 +132,9 @@ class LockKitConfig:
             raise ConfigError(f"URL must be a non-empty string, got {self.url!r}")
         if not isinstance(self.namespace, str):
             raise ConfigError(f"NAMESPACE must be a string, got {self.namespace!r}")
-        check_seconds("ttl", self.ttl, allow_none=False)
-        _check_timeout(self.timeout)
+        # Normalised in place so that every reader sees a float ttl and None for "forever".
+        object.__setattr__(self, "ttl", check_ttl(self.ttl))
+        object.__setattr__(self, "timeout", check_timeout(self.timeout))
         if not isinstance(self.auto_renew, bool):
             raise ConfigError(f"AUTO_RENEW must be true or false, got {self.auto_renew!r}")
         if not isinstance(self.options, Mapping):
@@ -140,15 +171,13 @@ class LockKitConfig:
         if "NAMESPACE" in values and values["NAMESPACE"] is not None:
             kwargs["namespace"] = values["NAMESPACE"]
         if "TTL" in values:
-            kwargs["ttl"] = check_seconds(
-                "TTL", _parse_number("TTL", values["TTL"]), allow_none=False
-            )
+            kwargs["ttl"] = check_ttl(_parse_number("TTL", values["TTL"]), "TTL")
         if "AUTO_RENEW" in values:
             kwargs["auto_renew"] = _parse_bool("AUTO_RENEW", values["AUTO_RENEW"])
         if "TIMEOUT" in values:
             raw = values["TIMEOUT"]
-            kwargs["timeout"] = (
-                None if raw is None else _check_timeout(_parse_number("TIMEOUT", raw))
+            kwargs["timeout"] = check_timeout(
+                None if raw is None else _parse_number("TIMEOUT", raw)
             )
         if "OPTIONS" in values and values["OPTIONS"] is not None:
             if not isinstance(values["OPTIONS"], Mapping):

@@ -37,7 +37,7 @@ import click
 
 from .config import UNSET
 from .errors import ConfigError
-from .lock import LockKit
+from .kit import LockKit
 
 __all__ = ["RUNS", "Tally", "run_demo"]
 

@@ -15,7 +15,8 @@ __all__ = ["KeyTemplate", "check_key", "namespaced", "stable_hash"]
 
 
 def check_key(key: object) -> str:
-    """Return ``key`` if it is a usable lock key: a non-empty ``str`` without NUL."""
+    """Return ``key`` if it is a usable lock key: a non-empty ``str`` without NUL that
+    encodes as UTF-8 (a lone surrogate such as ``"\\ud800"`` does not)."""
     if not isinstance(key, str):
         raise TypeError(
             f"lock keys must be str, got {type(key).__name__} {key!r}; "
@@ -25,6 +26,13 @@ def check_key(key: object) -> str:
         raise ConfigError("lock key must be a non-empty string, e.g. 'order:42'")
     if "\x00" in key:
         raise ConfigError(f"lock key {key!r} contains a NUL character; remove it")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"lock key {key!r} cannot be encoded as UTF-8 (a lone surrogate at position "
+            f"{exc.start}); build keys from text that was decoded properly"
+        ) from None
     return key
 
 

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
-__all__ = ["next_wait", "renew_interval", "retry_interval", "validity"]
+__all__ = [
+    "MAX_DEAD_ON_ARRIVAL",
+    "MIN_TTL",
+    "next_wait",
+    "renew_interval",
+    "retry_interval",
+    "validity",
+]
 
 #: part of a lease we never count on, for clock drift between us and the store
 DRIFT_FACTOR = 0.01
 DRIFT_FLOOR = 0.002
+#: The shortest ttl accepted. The drift margin takes 1% + 2 ms of every lease, so a 10 ms
+#: lease leaves 7.9 ms of validity: room for a loopback round trip (0.05-0.2 ms) and a
+#: scheduler hiccup, with the watchdog renewing every 3.3 ms. Below that the margin eats
+#: most of the lease (at 2.02 ms, all of it) and a grant would often arrive already void.
+MIN_TTL = 0.01
+#: grants in a row that may arrive with their lease already over before the acquire loop
+#: gives up with BackendUnavailable instead of asking again (the link is slower than the ttl)
+MAX_DEAD_ON_ARRIVAL = 3
 #: how long to wait between attempts when the store gives no hint
 DEFAULT_WAIT = 0.25
 MIN_WAIT = 0.001

@@ -156,7 +156,7 @@ def test_setting_given_twice_in_different_case() -> None:
         ({"AUTO_RENEW": "sometimes"}, "AUTO_RENEW must be true or false"),
         ({"TTL": "thirty"}, "TTL must be a number of seconds"),
         ({"TTL": "-5"}, "TTL must be a positive number of seconds"),
-        ({"TIMEOUT": -1}, "timeout must be a positive number of seconds"),
+        ({"TIMEOUT": -2}, "timeout must be a positive number of seconds"),
         ({"OPTIONS": "socket_timeout=1"}, "OPTIONS must be a mapping"),
         ({"NAMESPACE": 7}, "NAMESPACE must be a string"),
     ],
@@ -196,7 +196,7 @@ def test_acquire_rejects_a_bool_timeout(kit: LockKit) -> None:
 
 
 def test_negative_timeout_hints_at_none(kit: LockKit) -> None:
-    with pytest.raises(ConfigError, match="use None to wait forever"):
+    with pytest.raises(ConfigError, match="use None or -1 to wait forever"):
         kit.lock("k", timeout=-3)
 
 
@@ -352,3 +352,99 @@ def test_registered_target_that_is_not_a_backend(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(registry_module._BUILTIN, "bogus", f"{__name__}:NotABackend")
     with pytest.raises(ConfigError, match="is not a lockkit Backend"):
         LockKit("bogus://x")
+
+
+# -- the same bad argument, the same error, wherever it is passed -------------------------------
+
+
+def _every_place_a_ttl_goes(kit: LockKit, ttl: Any) -> list[Any]:
+    held = kit.lock("held-for-extend", auto_renew=False)
+    assert held.acquire(timeout=0)
+    places = [
+        lambda: kit.lock("k", ttl=ttl),
+        lambda: kit.locked("k", ttl=ttl),
+        lambda: held.extend(ttl),
+        lambda: LockKit("memory://", ttl=ttl),
+        lambda: LockKit.from_config({"URL": "memory://", "TTL": ttl}),
+        lambda: LockKitConfig(ttl=ttl),
+    ]
+    return places
+
+
+@pytest.mark.parametrize("ttl", [0.002, 0.0099, -1, 0, math.nan, math.inf, True, "soon"])
+def test_a_bad_ttl_is_a_config_error_everywhere(kit: LockKit, ttl: Any) -> None:
+    for place in _every_place_a_ttl_goes(kit, ttl):
+        with pytest.raises(ConfigError, match=r"(?i)ttl"):
+            place()
+
+
+@pytest.mark.parametrize("ttl", [0.002, 0.005, 0.0099])
+def test_a_ttl_below_the_minimum_names_the_minimum(kit: LockKit, ttl: float) -> None:
+    for place in _every_place_a_ttl_goes(kit, ttl):
+        with pytest.raises(ConfigError, match=r"at least 0\.01 s"):
+            place()
+
+
+def test_the_minimum_ttl_itself_is_accepted(kit: LockKit) -> None:
+    from lockkit_core.lease import MIN_TTL, validity
+
+    assert validity(MIN_TTL) > 0
+    with kit.lock("k", ttl=MIN_TTL, auto_renew=False) as held:
+        held.extend(MIN_TTL)
+    LockKit("memory://", ttl=MIN_TTL).close()
+
+
+@pytest.mark.parametrize("timeout", [-0.5, -2, math.nan, math.inf, True, False, "soon"])
+def test_a_bad_timeout_is_a_config_error_everywhere(kit: LockKit, timeout: Any) -> None:
+    places = [
+        lambda: kit.lock("k", timeout=timeout),
+        lambda: kit.lock("k").acquire(timeout=timeout),
+        lambda: kit.locked("k", timeout=timeout),
+        lambda: LockKit("memory://", timeout=timeout),
+        lambda: LockKit.from_config({"URL": "memory://", "TIMEOUT": timeout}),
+    ]
+    for place in places:
+        with pytest.raises(ConfigError, match=r"(?i)timeout"):
+            place()
+
+
+def test_timeout_minus_one_waits_forever_everywhere(kit: LockKit) -> None:
+    import threading
+
+    assert kit.lock("k", timeout=-1).timeout is None
+    assert LockKit("memory://", timeout=-1).config.timeout is None
+    assert LockKit.from_config({"URL": "memory://", "TIMEOUT": -1}).config.timeout is None
+    cases: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = [
+        (kit.lock("k"), (), {"timeout": -1}),
+        (kit.lock("k", timeout=-1), (), {}),
+        (kit.lock("k"), (True, -1), {}),
+    ]
+    for handle, args, kwargs in cases:
+        holder = kit.lock("k", reentrant=False)  # released from the timer's thread
+        assert holder.acquire(timeout=0)
+        threading.Timer(0.2, holder.release).start()
+        assert handle.acquire(*args, **kwargs) is True
+        handle.release()
+    last = kit.lock("k")
+    assert last.acquire(blocking=False, timeout=-1)  # threading.Lock's default
+    last.release()
+
+
+@pytest.mark.parametrize("key", ["\ud800", "order:\udfff", "a\ud83dz"])
+def test_a_key_that_is_not_utf8_is_a_config_error_everywhere(kit: LockKit, key: str) -> None:
+    with pytest.raises(ConfigError, match="UTF-8"):
+        kit.lock(key)
+    with pytest.raises(ConfigError, match="UTF-8"):
+        kit.admin.info(key)
+    with pytest.raises(ConfigError, match="UTF-8"):
+        kit.admin.force_release(key)
+    with pytest.raises(ConfigError, match="UTF-8"):
+        kit.locked(key)
+
+    @kit.locked("name:{name}")
+    def greet(name: str) -> str:
+        return name
+
+    with pytest.raises(ConfigError, match="UTF-8"):
+        greet(key)
+    assert greet("ok") == "ok"

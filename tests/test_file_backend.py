@@ -261,7 +261,6 @@ def test_odd_keys_work_and_are_listed_as_given(kit: LockKit, url: str) -> None:
         "\U0001f512" * 300,
         "Order_42",
         "order_42",
-        "lone \udcff surrogate",
     ]
     locks = [kit.lock(key, ttl=30) for key in keys]
     for lock in locks:

@@ -1,0 +1,154 @@
+"""``Hold``: the record of one acquisition of one key on the store.
+
+A ``Hold`` is what is actually held; ``Lock`` handles point at it. Every handle that re-enters
+the same key in the same thread shares one hold, so the store is touched once per outermost
+acquisition. The lease is tracked with the monotonic clock, measured from *before* the request
+that obtained or extended it was sent, so ``is_lost()`` decides locally, without a round trip.
+
+Who a hold belongs to decides when it has leaked (see :meth:`Hold.leak`):
+
+* a reentrant hold belongs to its *thread* (like ``threading.RLock``): only that thread can
+  release it, so once the thread has exited nobody can, and the hold has leaked;
+* a non-reentrant hold belongs to its *acquisition* (like ``threading.Lock``): any thread may
+  release it through the handle, so the thread that took it exiting is no leak;
+* either way, once every handle that used the hold is garbage, nobody can release it.
+
+A hold is weakly tied to its handles, so the watchdog renewing it never keeps them alive.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING
+
+from . import lease
+from .backends.base import Backend
+from .errors import LockLost
+
+if TYPE_CHECKING:
+    from .lock import Lock
+
+__all__ = ["Hold", "inherited_message", "lost_message"]
+
+log = logging.getLogger("lockkit")
+
+
+class Hold:
+    """One acquisition of one key on the store."""
+
+    __slots__ = (
+        "active",
+        "auto_renew",
+        "backend",
+        "count",
+        "deadline",
+        "full_key",
+        "handles",
+        "key",
+        "lock",
+        "lost_reason",
+        "owner",
+        "pid",
+        "thread",
+        "token",
+        "ttl",
+    )
+
+    def __init__(
+        self, lock: Lock, backend: Backend, owner: str, token: int | None, deadline: float
+    ) -> None:
+        # The handle whose on_lost callbacks apply, and every handle that re-entered it.
+        self.lock = weakref.ref(lock)
+        self.handles = [self.lock]
+        self.backend = backend
+        self.key = lock.key
+        self.full_key = lock.full_key
+        self.owner = owner
+        self.token = token
+        self.ttl = lock.ttl
+        self.auto_renew = lock.auto_renew
+        self.deadline = deadline
+        self.count = 1
+        # The thread object, never its ident: idents are reused by later threads.
+        self.thread = threading.current_thread() if lock.reentrant else None
+        self.pid = os.getpid()
+        self.lost_reason: str | None = None
+        self.active = True
+
+    def is_lost(self, now: float | None = None) -> bool:
+        """True once renewal failed or the lease's deadline passed."""
+        if self.lost_reason is not None:
+            return True
+        return (time.monotonic() if now is None else now) >= self.deadline
+
+    def extend(self, ttl: float, *, raise_on_loss: bool) -> bool:
+        """Reset the lease on the store to ``ttl`` seconds; False (or LockLost) if it is gone."""
+        sent = time.monotonic()
+        if self.is_lost(sent):
+            # Once lost, always lost: the caller may already have been told so.
+            self.mark_lost(self.lost_reason or "its lease ran out before it was renewed")
+            if raise_on_loss:
+                raise LockLost(self.key, lost_message(self.key, self))
+            return False
+        if self.backend.extend(self.full_key, self.owner, ttl):
+            self.deadline = max(self.deadline, sent + lease.validity(ttl))
+            self.ttl = ttl
+            return True
+        self.mark_lost("the store no longer had it under our owner token when extending")
+        if raise_on_loss:
+            raise LockLost(self.key, lost_message(self.key, self))
+        return False
+
+    def release(self) -> None:
+        """Free the key on the store; LockLost if the lease was already gone."""
+        was_lost = self.is_lost()
+        released = self.backend.release(self.full_key, self.owner)
+        if was_lost or not released:
+            if self.lost_reason is None:
+                self.lost_reason = (
+                    "its lease ran out before release"
+                    if was_lost
+                    else "the store no longer had it under our owner token at release"
+                )
+            raise LockLost(self.key, lost_message(self.key, self))
+
+    def mark_lost(self, reason: str) -> None:
+        """Record the loss once, log it and run the handle's ``on_lost`` callbacks.
+
+        A hold its owner has released is never reported lost: a renewal racing the release
+        (its extension reaches the store after the release did) finds the key gone, and
+        that is the release, not a loss. ``active`` is cleared before the release is sent,
+        so an extension whose answer says "gone" always sees it cleared.
+        """
+        if self.lost_reason is None and self.active:
+            self.lost_reason = reason
+            log.warning("lock %s lost: %s", self.full_key, reason)
+            lock = self.lock()
+            if lock is not None:
+                lock._fire_lost()
+
+    def leak(self) -> str | None:
+        """Why nobody can release this hold any more (see the module docstring), or None."""
+        if all(handle() is None for handle in self.handles):
+            return "every handle on it was dropped without release()"
+        if self.thread is not None and not self.thread.is_alive():
+            return f"its thread {self.thread.name!r} exited without releasing it"
+        return None
+
+
+def lost_message(key: str, hold: Hold) -> str:
+    """Why ``hold`` on ``key`` is no longer trusted."""
+    reason = hold.lost_reason or "its lease ran out before it was renewed"
+    return f"lock {key!r} was lost: {reason}; another owner may have held it since"
+
+
+def inherited_message(key: str, hold: Hold) -> str:
+    """Why a forked child may not use its parent's hold."""
+    return (
+        f"lock {key!r} was acquired by process {hold.pid} before a fork; "
+        "a child never releases or renews its parent's locks"
+    )

@@ -1,0 +1,235 @@
+"""``LockKit``: locks on one store under one namespace, and the handles it hands out."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ParamSpec, TypeVar
+
+from .admin import Admin
+from .backends.base import Backend, Capability
+from .config import UNSET, LockKitConfig, check_timeout, check_ttl
+from .errors import ConfigError, LockNotOwned, NotSupported
+from .hold import Hold
+from .keys import KeyTemplate, check_key
+from .lock import Lock, OnLost
+from .registry import create_backend
+from .watchdog import watch
+
+__all__ = ["LockKit"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_kits: weakref.WeakSet[LockKit] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for kit in list(_kits):
+        kit._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class LockKit:
+    """Locks on one store under one namespace.
+
+    ``LockKit("redis://127.0.0.1:6379/0", namespace="shop", ttl=30.0)``; with no URL it uses
+    ``file://`` under the system temp dir. Explicit arguments win over ``config``.
+    """
+
+    def __init__(
+        self,
+        url: Any = UNSET,
+        *,
+        namespace: Any = UNSET,
+        ttl: Any = UNSET,
+        auto_renew: Any = UNSET,
+        timeout: Any = UNSET,
+        options: Any = UNSET,
+        config: LockKitConfig | None = None,
+    ) -> None:
+        if isinstance(url, LockKitConfig):
+            raise TypeError("pass a LockKitConfig as LockKit(config=...), not as the URL")
+        base = config if config is not None else LockKitConfig()
+        changes = {
+            name: value
+            for name, value in (
+                ("url", url),
+                ("namespace", namespace),
+                ("ttl", ttl),
+                ("auto_renew", auto_renew),
+                ("timeout", timeout),
+                ("options", options),
+            )
+            if value is not UNSET
+        }
+        self.config = base.replace(**changes) if changes else base
+        self.namespace = self.config.namespace
+        self.backend: Backend = create_backend(self.config.url, self.config.options)
+        self._holds: dict[str, Hold] = {}
+        self._holds_lock = threading.Lock()
+        # A kit dropped without close() still closes its store once collected. Nothing
+        # long-lived refers to a kit: its handles do (so it lives while any of its locks can
+        # be released), the watchdog refers only to holds and their backend.
+        self._closer = weakref.finalize(self, self.backend.close)
+        self.admin = Admin(self)
+        _kits.add(self)
+
+    @classmethod
+    def from_config(cls, mapping: Mapping[str, Any] | None = None, **overrides: Any) -> LockKit:
+        """Build from a settings mapping (``URL``, ``NAMESPACE``, ``TTL``, ...)."""
+        return cls(config=LockKitConfig.from_mapping(mapping, **overrides))
+
+    def __repr__(self) -> str:
+        return f"<LockKit {self.backend.describe()} namespace={self.namespace!r}>"
+
+    def close(self) -> None:
+        """Close the store's connections. Held locks stay held until their TTL."""
+        self._closer()
+
+    def __enter__(self) -> LockKit:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- handles -----------------------------------------------------------------------------
+
+    def lock(
+        self,
+        key: str,
+        *,
+        ttl: Any = UNSET,
+        timeout: Any = UNSET,
+        auto_renew: Any = UNSET,
+        reentrant: bool = True,
+        fair: bool = False,
+        on_lost: OnLost | Iterable[OnLost] | None = None,
+        owner: str | None = None,
+    ) -> Lock:
+        """A handle on ``key``. Arguments left out come from the kit's settings.
+
+        ``timeout``: ``None`` or ``-1`` waits forever, ``0`` does not wait. ``reentrant=True``
+        (the default) re-enters per thread like ``threading.RLock``; ``reentrant=False``
+        belongs to its acquisition like ``threading.Lock``, so another thread (an event
+        loop after ``asyncio.to_thread``) may release it.
+
+        ``owner`` adopts an acquisition made elsewhere (another process), given its owner
+        token: ``release()`` and ``extend()`` act on that lease directly, and ``acquire()``
+        (or ``with``) confirms on the store that the token still holds the key and then
+        renews, checks and releases it here. Adoption never creates a holder: on a free key,
+        or one held under another token, ``acquire()`` raises :class:`LockNotOwned` at once.
+        """
+        check_key(key)
+        options = self._lock_options(ttl, timeout, auto_renew, fair, on_lost, owner)
+        return Lock(self, key, reentrant=reentrant, **options)
+
+    def _lock_options(
+        self,
+        ttl: Any,
+        timeout: Any,
+        auto_renew: Any,
+        fair: bool,
+        on_lost: OnLost | Iterable[OnLost] | None,
+        owner: str | None,
+    ) -> dict[str, Any]:
+        cfg = self.config
+        real_ttl = cfg.ttl if ttl is UNSET else check_ttl(ttl)
+        real_timeout = cfg.timeout if timeout is UNSET else check_timeout(timeout)
+        renew = cfg.auto_renew if auto_renew is UNSET else auto_renew
+        if not isinstance(renew, bool):
+            raise ConfigError(f"auto_renew must be True or False, got {renew!r}")
+        if not isinstance(fair, bool):
+            raise ConfigError(f"fair must be True or False, got {fair!r}")
+        if fair and Capability.FAIR not in self.backend.capabilities:
+            raise NotSupported(
+                f"the {self.backend.url.scheme}:// backend cannot queue waiters in order; "
+                "drop fair=True or use memory://"
+            )
+        if owner is not None and (not isinstance(owner, str) or len(owner) != 32):
+            raise ConfigError("owner must be the 32-character token of an existing acquisition")
+        callbacks: list[OnLost]
+        if on_lost is None:
+            callbacks = []
+        elif callable(on_lost):
+            callbacks = [on_lost]
+        else:
+            callbacks = list(on_lost)
+            if not all(callable(c) for c in callbacks):
+                raise ConfigError("on_lost must be a callable or a list of callables")
+        return {
+            "ttl": real_ttl,
+            "timeout": real_timeout,
+            "auto_renew": renew,
+            "fair": fair,
+            "on_lost": callbacks,
+            "owner": owner,
+        }
+
+    def locked(
+        self,
+        key: str | Callable[..., str],
+        *,
+        ttl: Any = UNSET,
+        timeout: Any = UNSET,
+        auto_renew: Any = UNSET,
+        reentrant: bool = True,
+        fair: bool = False,
+        on_lost: OnLost | Iterable[OnLost] | None = None,
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorate a function so each call runs under the lock named by ``key``.
+
+        ``key`` is a template filled from the call's arguments (``"report:{day}"``,
+        ``"user:{user.id}"``) or a callable taking the same arguments. A busy lock raises
+        :class:`LockTimeout` once ``timeout`` has passed (``timeout=0``: at once).
+        """
+        template = KeyTemplate(key)
+        options = self._lock_options(ttl, timeout, auto_renew, fair, on_lost, None)
+
+        def decorate(func: Callable[P, R]) -> Callable[P, R]:
+            if inspect.iscoroutinefunction(func):
+                raise ConfigError(
+                    f"@kit.locked cannot wrap the coroutine function {func.__qualname__}: "
+                    "a blocking lock would stall the event loop; lock inside it instead"
+                )
+            signature = template.check_signature(func)
+
+            @functools.wraps(func)
+            def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+                name = template.render(signature, args, kwargs)
+                with Lock(self, name, reentrant=reentrant, **options):
+                    return func(*args, **kwargs)
+
+            return wrapper
+
+        return decorate
+
+    # -- the protocol with the handles ----------------------------------------------------------
+
+    def _register(self, lock: Lock, owner: str, token: int | None, valid_until: float) -> Hold:
+        hold = Hold(lock, self.backend, owner, token, valid_until)
+        if lock.reentrant:  # a non-reentrant hold belongs to its handle, not to a thread
+            with self._holds_lock:
+                self._holds[lock.full_key] = hold
+        watch(hold)
+        return hold
+
+    def _release_foreign(self, key: str, full_key: str, owner: str) -> None:
+        if not self.backend.release(full_key, owner):
+            raise LockNotOwned(key, f"cannot release {key!r}: that owner token does not hold it")
+
+    def _extend_foreign(self, key: str, full_key: str, owner: str, ttl: float) -> None:
+        if not self.backend.extend(full_key, owner, ttl):
+            raise LockNotOwned(key, f"cannot extend {key!r}: that owner token does not hold it")
+
+    def _after_fork_in_child(self) -> None:
+        self._holds_lock = threading.Lock()
+        self._holds = {}
+        self.backend.after_fork_in_child()

@@ -1,0 +1,165 @@
+"""The watchdog: one thread per process that renews leases every ttl/3 and reports lost ones.
+
+Holds that neither renew nor have ``on_lost`` callbacks never reach it: they cost nothing.
+
+It knows holds, never kits: a kit dropped without ``close()`` is collected as usual (its
+``weakref.finalize`` closes its store). A hold keeps its backend alive only while it is being
+renewed, and it is renewed only while someone can still release it: a leaked hold (every
+handle dropped, or a reentrant hold whose thread exited; see :mod:`lockkit_core.hold`) is
+dropped at its next renewal with a ``ResourceWarning``, and its lease runs out on the store.
+
+Renewals run one at a time on that thread, so a store that stops answering delays the
+renewals of every other store by up to its socket timeout per attempt: keep socket timeouts
+well below ttl/3. (A hold whose deadline passes meanwhile is reported lost, never renewed late.)
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+import warnings
+
+from . import lease
+from .errors import BackendError
+from .hold import Hold
+
+__all__ = ["Watchdog", "watch"]
+
+log = logging.getLogger("lockkit")
+
+
+class Watchdog:
+    """Renews leases and reports lost ones on one thread, started on demand; it exits
+    after 30 s with nothing to watch."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Hold]] = []
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._compact_at = 256
+        self._wake_at = 0.0  # when the sleeping thread wakes by itself; 0 while it is busy
+
+    def watch(self, hold: Hold) -> None:
+        """Start renewing ``hold`` (auto_renew), or watching its deadline (on_lost only)."""
+        if hold.auto_renew:
+            self.schedule(hold, time.monotonic() + lease.renew_interval(hold.ttl))
+        elif _has_on_lost(hold):
+            self.schedule(hold, hold.deadline)
+
+    def schedule(self, hold: Hold, due: float) -> None:
+        """Service ``hold`` at monotonic time ``due``."""
+        with self._cond:
+            heapq.heappush(self._heap, (due, next(self._seq), hold))
+            if len(self._heap) > self._compact_at:
+                # Released holds are dropped lazily; sweep them when they pile up.
+                self._heap = [entry for entry in self._heap if entry[2].active]
+                heapq.heapify(self._heap)
+                self._compact_at = max(256, 2 * len(self._heap))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="lockkit-watchdog", daemon=True
+                )
+                self._thread.start()
+            elif due < self._wake_at:
+                self._cond.notify()
+
+    def reset_after_fork(self) -> None:
+        """Forget the parent's holds and thread (a child never renews its parent's locks)."""
+        self._wake_at = 0.0
+        self._cond = threading.Condition()
+        self._heap = []
+        self._thread = None
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if not self._heap:
+                        self._wake_at = time.monotonic() + 30.0
+                        self._cond.wait(30.0)
+                        self._wake_at = 0.0
+                        if not self._heap:
+                            self._thread = None
+                            return
+                        continue
+                    due, _, hold = self._heap[0]
+                    now = time.monotonic()
+                    # Released holds stay until their due time: popping them early would
+                    # wake this thread (and take the GIL) once per acquisition.
+                    if due > now:
+                        self._wake_at = due
+                        self._cond.wait(due - now)
+                        self._wake_at = 0.0
+                        continue
+                    heapq.heappop(self._heap)
+                    if hold.active:
+                        break
+            try:
+                self._service(hold)
+            except Exception:  # the watchdog must survive anything a callback does
+                log.exception("lockkit watchdog failed on %s", hold.full_key)
+
+    def _service(self, hold: Hold) -> None:
+        """Renew ``hold``, report it lost, or drop it if it leaked."""
+        if not hold.active or hold.pid != os.getpid():
+            return
+        leak = hold.leak()
+        if leak is not None:
+            _drop_leaked(hold, leak)
+        elif hold.is_lost():
+            hold.mark_lost(hold.lost_reason or "its lease ran out before it was renewed")
+        elif not hold.auto_renew:
+            self.schedule(hold, hold.deadline)
+        else:
+            self._renew(hold)
+
+    def _renew(self, hold: Hold) -> None:
+        try:
+            renewed = hold.extend(hold.ttl, raise_on_loss=False)
+        except BackendError as exc:
+            if not hold.active:
+                return
+            now = time.monotonic()
+            if now >= hold.deadline:
+                hold.mark_lost(f"renewal failed until the lease ran out ({exc})")
+                return
+            log.warning("renewing %s failed, retrying: %s", hold.full_key, exc)
+            self.schedule(hold, min(now + lease.retry_interval(hold.ttl), hold.deadline))
+            return
+        if renewed and hold.active:
+            self.schedule(hold, time.monotonic() + lease.renew_interval(hold.ttl))
+
+
+def _has_on_lost(hold: Hold) -> bool:
+    lock = hold.lock()
+    return lock is not None and bool(lock.on_lost)
+
+
+def _drop_leaked(hold: Hold, why: str) -> None:
+    hold.active = False
+    hold.lost_reason = f"it leaked ({why}) and was no longer renewed"
+    if hold.auto_renew:
+        warnings.warn(
+            f"lockkit: lock {hold.key!r} ({hold.full_key}) leaked: {why}. It is no longer "
+            f"renewed and frees itself within its ttl ({hold.ttl:g} s). Release what you "
+            "acquire, e.g. with 'with kit.lock(...):'",
+            ResourceWarning,
+            stacklevel=1,
+        )
+
+
+_watchdog = Watchdog()
+
+
+def watch(hold: Hold) -> None:
+    """Hand ``hold`` to the process's watchdog (see :meth:`Watchdog.watch`)."""
+    _watchdog.watch(hold)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_watchdog.reset_after_fork)
