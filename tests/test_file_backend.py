@@ -27,8 +27,9 @@ from lockkit_core import (
     LockLost,
     LockNotOwned,
 )
-from lockkit_core.backends import file as file_backend
-from lockkit_core.backends.file import FileBackend, default_directory, file_name
+from lockkit_core.backends.file import FileBackend, default_directory, file_name, wakeups
+from lockkit_core.backends.file import queue as file_queue
+from lockkit_core.backends.file.store import peek
 from lockkit_core.registry import create_backend
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="file:// needs fcntl")
@@ -285,7 +286,7 @@ def test_odd_keys_work_and_are_listed_as_given(kit: LockKit, url: str) -> None:
 def test_a_record_from_another_boot_is_free(backend: FileBackend) -> None:
     assert backend.try_acquire("rebooted", OWNER_A, 300.0).acquired
     path = Path(backend.directory, file_name("rebooted"))
-    boot = backend._boot.decode()
+    boot = backend._store.boot.decode()
     path.write_text(path.read_text().replace(boot, "00000000-0000-0000-0000-000000000000"))
     grant = backend.try_acquire("rebooted", OWNER_B, 5.0)
     assert grant.acquired and grant.token == 2
@@ -314,7 +315,7 @@ def test_open_descriptors_stay_bounded(backend: FileBackend) -> None:
     for i in range(700):
         assert backend.try_acquire(f"many-{i}", OWNER_A, 30.0).acquired
         assert backend.release(f"many-{i}", OWNER_A)
-    assert len(backend._slots) <= 512
+    assert len(backend._store.slots) <= 512
     if before is not None:
         assert len(os.listdir("/proc/self/fd")) <= before + 512
 
@@ -570,7 +571,7 @@ except LockLost:
 
 def queue_of(url: str, key: str) -> list[str]:
     """The owner tokens queued on ``key``, oldest first."""
-    record = file_backend._peek(os.path.join(url[len("file://") :], file_name(key)))
+    record = peek(os.path.join(url[len("file://") :], file_name(key)))
     assert record is not None
     return [line.split(b" ")[0].decode() for line in record.queue.splitlines()]
 
@@ -599,8 +600,8 @@ def wait_until(condition: object, timeout: float = 10.0) -> None:
 def bells(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Waiters woken by a datagram (on Linux), and waiters that only look at the record."""
     if request.param == "polling":
-        monkeypatch.setattr(file_backend, "_ABSTRACT", False)
-    elif not file_backend._ABSTRACT:
+        monkeypatch.setattr(wakeups, "ABSTRACT", False)
+    elif not wakeups.ABSTRACT:
         pytest.skip("wake-up sockets need Linux")
     return str(request.param)
 
@@ -777,7 +778,7 @@ def test_force_release_hands_the_lock_to_the_oldest_waiter(backend: FileBackend)
 def test_a_full_queue_makes_late_callers_poll(
     backend: FileBackend, url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(file_backend, "_MAX_QUEUE", 1)
+    monkeypatch.setattr(file_queue, "MAX_QUEUE", 1)
     assert backend.try_acquire("full", OWNER_A, 30.0).acquired
     first = backend.waiter("full", OWNER_B, False)
     assert not backend.try_acquire("full", OWNER_B, 30.0).acquired
@@ -816,7 +817,7 @@ def test_a_record_written_before_queues_is_read(backend: FileBackend) -> None:
     path = Path(backend.directory, file_name("old"))
     expires = time.monotonic() + 30
     path.write_bytes(
-        b"lockkit-file/1 5 %s %r 30.0 %s 3\nold\n" % (OWNER_A.encode(), expires, backend._me)
+        b"lockkit-file/1 5 %s %r 30.0 %s 3\nold\n" % (OWNER_A.encode(), expires, backend._store.me)
     )
     assert not backend.try_acquire("old", OWNER_B, 30.0).acquired
     assert backend.release("old", OWNER_A) is True

@@ -1,0 +1,23 @@
+"""``file://DIR``: locks among the processes of one host, one small record file per key.
+
+The parts, each in a module named for it:
+
+- :mod:`.record`: the record format (one file per key: owner, lease, fence, queue), pure.
+- :mod:`.store`: the directory, the open key files and their flock critical sections.
+- :mod:`.grant`: what acquire, release, extend and hand-over do to a record.
+- :mod:`.queue`: the FIFO wait queue in the record and the waiter that sits in it.
+- :mod:`.wakeups`: datagram sockets that tell a waiter it was handed the lock.
+- :mod:`.backend`: :class:`FileBackend`, which glues them together.
+
+A holder that crashed (SIGKILL, OOM killer, os._exit) frees its keys at once, as its pid is
+gone; one that exits normally marks its records detached on the way out, so an owner token
+handed to another process (a Celery producer's lock) lives on until its TTL. Nothing is
+fsynced: a lock does not outlive a reboot, and a record written under another boot id is
+free, queue and all. The directory is created with mode 0700, its files with 0600.
+"""
+
+from .backend import FileBackend
+from .record import file_name
+from .store import default_directory
+
+__all__ = ["FileBackend", "default_directory", "file_name"]

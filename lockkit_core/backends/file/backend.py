@@ -1,0 +1,209 @@
+"""``FileBackend``: the ``file://`` backend, gluing the record store, grant decision, queue and
+wake-ups together behind the :class:`~lockkit_core.backends.base.Backend` interface."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar
+
+from ...errors import BackendError, NotSupported
+from ...url import LockURL
+from ..base import Backend, Capability, Grade, Grant, Lease, Waiter
+from .grant import Grants, lease
+from .queue import FileWaiter
+from .record import NotARecord
+from .store import RecordStore, Slot, default_directory, peek
+from .wakeups import Bells
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: how long after its last wait in a queue a process's blocking callers queue on first attempt
+QUEUE_FIRST = 30.0
+
+
+class FileBackend(Backend):
+    """Lock files in one directory; exclusion among the processes of this host.
+
+    ``file:///var/lock/app`` uses ``/var/lock/app``; ``file://`` alone uses
+    :func:`default_directory`; a relative path is taken from the current directory. Everything
+    after ``file://`` up to ``?`` is the path, verbatim.
+    """
+
+    schemes: ClassVar[tuple[str, ...]] = ("file",)
+    capabilities: ClassVar[Capability] = (
+        Capability.TTL
+        | Capability.FENCING
+        | Capability.FAIR
+        | Capability.CROSS_PROCESS
+        | Capability.LIST
+    )
+    grade: ClassVar[Grade] = Grade.SINGLE_NODE
+
+    def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
+        super().__init__(url, options)
+        if sys.platform == "win32":
+            raise NotSupported("the file:// backend needs fcntl.flock, which Windows lacks")
+        where = url.raw[url.raw.index("://") + 3 :].partition("?")[0]
+        self.directory = os.path.abspath(where) if where else default_directory()
+        self._store = RecordStore(self.directory)
+        self._grants = Grants(self._store)
+        #: (key, owner) -> the waiter of a blocking caller: its attempts join the queue
+        self._queued: dict[tuple[str, str], FileWaiter] = {}
+        self._bells = Bells()
+        self.waited_at = -QUEUE_FIRST  # when a caller of this process last queued
+        _backends.add(self)
+
+    def describe(self) -> str:
+        """``file://`` and the absolute directory."""
+        return "file://" + self.directory
+
+    def _locked(
+        self,
+        key: str,
+        create: bool,
+        action: Callable[Concatenate[Slot, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T | None:
+        """Run ``action`` inside ``key``'s critical section (see :meth:`RecordStore.locked`)."""
+        if os.getpid() != self._store.pid:
+            self.after_fork_in_child()
+        return self._store.locked(key, create, action, *args, **kwargs)
+
+    # -- the Backend interface ---------------------------------------------------------------
+
+    def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
+        """Take ``key`` if it is free, its lease ran out, or its holder process is gone, and
+        no live waiter queued before the caller."""
+        waiter = self._queued.get((key, owner)) if self._queued else None
+        if waiter is None:
+            done = self._locked(key, True, self._grants.try_acquire, owner, ttl, None)
+            assert done is not None
+            got, handed = done
+        else:
+            waiter.ttl = ttl
+            sent = time.monotonic()
+            done = self._locked(key, True, self._grants.try_acquire, owner, ttl, waiter)
+            assert done is not None
+            got, handed = done
+            if waiter.queued and waiter.queued_at is None:
+                waiter.queued_at = sent
+        if handed is not None:
+            self._bells.ring(handed)
+        return got
+
+    def release(self, key: str, owner: str) -> bool:
+        """Free ``key`` if ``owner`` holds it and its lease has not run out, handing it to the
+        oldest live waiter if any.
+
+        A holder process that is gone does not matter here: while its token is still in the
+        record nobody else took the key, so another process may release it with that token.
+        """
+        done = self._locked(key, False, self._grants.release, owner)
+        if done is None:
+            return False
+        if done[1] is not None:
+            self._bells.ring(done[1])
+        return done[0]
+
+    def extend(self, key: str, owner: str, ttl: float) -> bool:
+        """Reset the lease to ``ttl`` if ``owner`` holds it; a lease that ran out stays lost."""
+        return bool(self._locked(key, False, self._grants.extend, owner, ttl))
+
+    def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
+        """Queue the caller's next attempts on ``key``; waiting is FIFO whatever ``fair``."""
+        return FileWaiter(self, key, owner)
+
+    def queue_first(self) -> bool:
+        """True while this process has queued lately: its blocking callers then register
+        before their first attempt, which spares a contended caller one critical section and
+        costs an uncontended one a few microseconds."""
+        return time.monotonic() - self.waited_at < QUEUE_FIRST
+
+    def _withdraw(self, key: str, owner: str) -> None:
+        self._bells.ring(self._locked(key, False, self._grants.leave_queue, owner))
+
+    def list(self, prefix: str) -> list[Lease]:
+        """Held locks whose key starts with ``prefix``, sorted by key."""
+        leases: list[Lease] = []
+        store = self._store
+        for name in store.names():
+            if not name.endswith(".lock"):
+                continue
+            if name.startswith("k-"):
+                if not name[2:-5].startswith(prefix):
+                    continue
+            elif not name.startswith("h-"):
+                continue
+            path = os.path.join(self.directory, name)
+            try:
+                rec = peek(path)
+            except OSError as exc:
+                raise store.unavailable(exc, path) from exc
+            except NotARecord:
+                continue  # acquiring its key reports it
+            if rec is None:
+                continue
+            now = time.monotonic()
+            key = rec.key.decode("utf-8", "surrogatepass")
+            if key.startswith(prefix) and store.held(rec, now):
+                leases.append(lease(rec, key, now))
+        leases.sort(key=lambda held: held.key)
+        return leases
+
+    def info(self, key: str) -> Lease | None:
+        """The lease on ``key``, or None if it is free."""
+        return self._locked(key, False, self._grants.info, key)
+
+    def force_release(self, key: str) -> bool:
+        """Free ``key`` whoever holds it (handing it to the oldest live waiter, if any);
+        False if it was free. The fence counter stays."""
+        done = self._locked(key, False, self._grants.force_release)
+        if done is None:
+            return False
+        self._bells.ring(done[1])
+        return done[0]
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _at_exit(self) -> None:
+        # Marks this process's held records detached (negative pid) so that their leases run
+        # until their TTL: a holder pid that is gone frees a key at once, which is right after
+        # a crash but would drop a lock whose owner token was handed to another process.
+        store = self._store
+        if os.getpid() != store.pid:
+            return
+        store.me = store.tail(-store.pid)  # a watchdog renewing after this writes it too
+        for key, owner in list(store.written.items()):
+            with contextlib.suppress(BackendError):
+                self._locked(key, False, self._grants.detach, owner)
+
+    def after_fork_in_child(self) -> None:
+        """Close the inherited descriptors: they share their flocks with the parent's."""
+        self._queued = {}
+        self._bells.close()  # the parent's: its bells would ring here too
+        self._store.after_fork_in_child()
+
+    def close(self) -> None:
+        """Close the cached descriptors. Held locks stay held until their TTL."""
+        self._store.close()
+        self._bells.close()
+
+
+_backends: weakref.WeakSet[FileBackend] = weakref.WeakSet()
+
+
+@atexit.register
+def _detach_all() -> None:
+    for backend in list(_backends):
+        backend._at_exit()
+
+
+__all__ = ["FileBackend"]

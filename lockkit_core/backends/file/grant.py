@@ -1,0 +1,157 @@
+"""The grant decision of ``file://``: what each operation does to a key's record.
+
+Each function runs inside the key's critical section (:meth:`RecordStore.locked`): it reads the
+record, decides, writes the record back, and returns its answer with the queue entry it handed
+the key to, if any (whose waiter the caller then wakes, outside the critical section).
+Ownership lives in the record (owner token, expiry on CLOCK_MONOTONIC, holder pid), so a
+holder that is stopped (SIGSTOP, a debugger) is taken over once its TTL has passed, and one
+whose process is gone frees its keys at once.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from ..base import Grant, Lease
+from .queue import join, pop_live
+from .record import FREE, Entry, Record, owner_bytes, owner_str, without
+from .store import RecordStore, Slot
+
+if TYPE_CHECKING:
+    from .queue import FileWaiter
+
+
+def lease(rec: Record, key: str, now: float) -> Lease:
+    """What the admin layer shows of the held record ``rec``."""
+    assert rec.owner is not None
+    return Lease(
+        key,
+        owner_str(rec.owner)[:8],
+        rec.fence,
+        rec.expires - now,
+        f"{rec.host.decode('utf-8', 'replace')} pid {abs(rec.pid)}"
+        + (" (exited)" if rec.pid < 0 else ""),
+    )
+
+
+class Grants:
+    """The decisions on the records of one :class:`RecordStore`; each method takes the slot
+    whose critical section the caller holds."""
+
+    def __init__(self, store: RecordStore) -> None:
+        self.store = store
+
+    def _hand_to(self, slot: Slot, rec: Record, head: Entry, now: float) -> None:
+        """Make the waiter of ``head`` (popped from ``rec.queue``) the holder, new fence."""
+        tail = b"%d %d %s %s" % (head.pid, head.pidns, self.store.boot, head.host)
+        head.handed = rec.fence + 1
+        self.store.write(slot, head.handed, head.owner, now + head.ttl, head.ttl, rec.queue, tail)
+        self.store.written.pop(slot.key, None)
+
+    def _hand_on(self, slot: Slot, rec: Record, now: float) -> Entry | None:
+        """Give the key of ``rec`` (which its holder gives up) to the oldest live waiter, or
+        free it. Returns the entry handed to, whose waiter is to be woken."""
+        head = pop_live(self.store, rec, now) if rec.queue else None
+        if head is None:
+            self.store.write(slot, rec.fence, FREE, 0.0, 0.0, b"", self.store.me)
+            return None
+        self._hand_to(slot, rec, head, now)
+        return head
+
+    def try_acquire(
+        self, slot: Slot, owner: str, ttl: float, waiter: FileWaiter | None
+    ) -> tuple[Grant, Entry | None]:
+        """Take the key if it is free, its lease ran out, or its holder process is gone, and no
+        live waiter queued before the caller; a blocking caller (``waiter``) joins the queue."""
+        rec = self.store.read(slot)
+        now = time.monotonic()
+        mine = owner_bytes(owner)
+        if rec is None:
+            self.store.write(slot, 1, mine, now + ttl, ttl, b"", self.store.me)
+            if waiter is not None:
+                waiter.granted = True
+            return Grant(True, 1), None
+        if rec.owner == mine and self.store.current(rec, now):
+            # A retried request, or a lock handed to this waiter: renew, keep the token.
+            queue = without(rec.queue, mine) if rec.queue else b""
+            self.store.write(slot, rec.fence, mine, now + ttl, ttl, queue, self.store.me)
+            return Grant(True, rec.fence), None
+        if self.store.held(rec, now):
+            if waiter is not None:
+                join(self.store, rec, mine, ttl, now, waiter)
+                self.store.write(
+                    slot, rec.fence, rec.owner or FREE, rec.expires, rec.ttl, rec.queue, rec.tail()
+                )
+            return Grant(False, retry_after=rec.expires - now), None
+        # Free, lapsed, or its holder is gone. Waiters come first, in order; a blocking caller
+        # keeps its place or joins at the tail, a non-blocking one only hands the key on.
+        if waiter is not None and rec.queue:
+            join(self.store, rec, mine, ttl, now, waiter)
+        head = pop_live(self.store, rec, now) if rec.queue else None
+        fence = rec.fence + 1
+        if head is None or head.owner == mine:
+            self.store.write(slot, fence, mine, now + ttl, ttl, rec.queue, self.store.me)
+            if waiter is not None:
+                waiter.granted = True
+            return Grant(True, fence), None
+        self._hand_to(slot, rec, head, now)
+        return Grant(False, retry_after=head.ttl), head
+
+    def release(self, slot: Slot, owner: str) -> tuple[bool, Entry | None]:
+        """Free the key if ``owner`` holds it, handing it to the oldest live waiter if any; True
+        if the lease had not run out."""
+        rec = self.store.read(slot)
+        if rec is None or rec.owner != owner_bytes(owner):
+            return False, None
+        now = time.monotonic()
+        if not rec.queue:
+            self.store.write(slot, rec.fence, FREE, 0.0, 0.0, b"", self.store.me)
+            return self.store.current(rec, now), None
+        return self.store.current(rec, now), self._hand_on(slot, rec, now)
+
+    def leave_queue(self, slot: Slot, owner: str) -> Entry | None:
+        """Drop ``owner``'s entry; pass the key on if it was handed to ``owner`` meanwhile."""
+        rec = self.store.read(slot)
+        if rec is None:
+            return None
+        mine = owner_bytes(owner)
+        queue = without(rec.queue, mine)
+        if rec.owner == mine:
+            rec.queue = queue
+            return self._hand_on(slot, rec, time.monotonic())
+        if len(queue) != len(rec.queue):
+            self.store.write(
+                slot, rec.fence, rec.owner or FREE, rec.expires, rec.ttl, queue, rec.tail()
+            )
+        return None
+
+    def extend(self, slot: Slot, owner: str, ttl: float) -> bool:
+        """Reset the lease to ``ttl`` if ``owner`` holds it; a lease that ran out stays lost."""
+        rec = self.store.read(slot)
+        now = time.monotonic()
+        if rec is None or rec.owner != owner_bytes(owner) or not self.store.current(rec, now):
+            return False
+        self.store.write(slot, rec.fence, rec.owner, now + ttl, ttl, rec.queue, self.store.me)
+        return True
+
+    def detach(self, slot: Slot, owner: bytes) -> None:
+        """Rewrite ``owner``'s record held by this process with the holder ``self.store.me`` (which
+        the exit hook has made a negative pid: the lease then runs until its TTL)."""
+        rec = self.store.read(slot)
+        if rec is not None and rec.owner == owner and rec.pid == self.store.pid:
+            self.store.write(slot, rec.fence, owner, rec.expires, rec.ttl, rec.queue, self.store.me)
+
+    def info(self, slot: Slot, key: str) -> Lease | None:
+        """The lease on the key, or None if it is free."""
+        rec = self.store.read(slot)
+        now = time.monotonic()
+        return lease(rec, key, now) if rec is not None and self.store.held(rec, now) else None
+
+    def force_release(self, slot: Slot) -> tuple[bool, Entry | None]:
+        """Free the key whoever holds it, handing it to the oldest live waiter if any."""
+        rec = self.store.read(slot)
+        if rec is None or rec.owner is None:
+            return False, None
+        now = time.monotonic()
+        return self.store.held(rec, now), self._hand_on(slot, rec, now)

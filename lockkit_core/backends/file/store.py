@@ -1,0 +1,382 @@
+"""The record store of ``file://``: the directory, the open key files and their critical sections.
+
+Every operation is a short critical section on the key's file: ``flock(LOCK_EX)``, read the
+record, decide, write it back, unlock. Descriptors are cached per key (at most
+:data:`MAX_OPEN`); a thread mutex per file serialises this process's threads, because a flock
+belongs to the open file description and would admit them all. This module also judges, from
+the record alone, whether a lease is current and whether its holder process is still there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import os
+import socket
+import stat
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Concatenate, ParamSpec, TypeVar
+
+from ...config import default_url
+from ...errors import BackendUnavailable
+from .record import CHUNK, FREE, HEAD, Record, encode, file_name, parse, read_rest
+
+if sys.platform != "win32":
+    import fcntl
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: open key files kept per backend; beyond that the oldest are closed (reopened on demand)
+MAX_OPEN = 512
+#: how long an operation waits for another process's critical section (microseconds long)
+FLOCK_PATIENCE = 5.0
+
+
+def default_directory() -> str:
+    """The directory ``file://`` alone names: ``lockkit-<uid>`` under the system temp dir."""
+    return default_url()[len("file://") :]
+
+
+@functools.cache
+def boot_id() -> bytes:
+    """This kernel's boot id: records written under another one are from before a reboot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            return f.read().strip() or FREE
+    except OSError:
+        return FREE
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+class Slot:
+    """A cached descriptor of one key file; ``mutex`` serialises this process's threads on
+    it, because a flock belongs to the open file description and would admit them all."""
+
+    __slots__ = ("encoded", "fd", "key", "mutex", "path", "size")
+
+    def __init__(self, key: str, path: str, fd: int) -> None:
+        self.key = key
+        self.encoded = key.encode("utf-8", "surrogatepass")
+        self.path = path
+        self.fd = fd
+        self.size = 0
+        self.mutex = threading.Lock()
+
+
+class RecordStore:
+    """The lock directory of one backend: opens, locks, reads and writes key records."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._prepare_directory()
+        self.slots: dict[str, Slot] = {}
+        self._slots_lock = threading.Lock()
+        #: key -> owner of every record this process last wrote as held
+        self.written: dict[str, bytes] = {}
+        self.identify()
+
+    def _prepare_directory(self) -> None:
+        path = self.directory
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+            st = os.lstat(path)
+        except OSError as exc:
+            raise BackendUnavailable(
+                f"cannot use {path!r} as the file:// lock directory: {exc.strerror or exc}"
+            ) from exc
+        if path == default_directory() and (
+            not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid()
+        ):
+            # In a shared temp dir someone else could have planted it to read or forge records.
+            raise BackendUnavailable(
+                f"the default lock directory {path!r} is not a directory owned by this user "
+                f"(uid {os.getuid()}); remove it or pass another file:// path"
+            )
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise BackendUnavailable(f"the file:// lock directory {path!r} is not writable")
+
+    def identify(self) -> None:
+        """Learn who this process is: pid, pid namespace, boot id and host name."""
+        self.pid = os.getpid()
+        self.pidns = _pid_namespace()
+        self.boot = boot_id()
+        host = socket.gethostname().encode("utf-8", "replace")
+        self.host = b"_".join(host.split()) or FREE
+        self.me = self.tail(self.pid)
+
+    def tail(self, pid: int) -> bytes:
+        """The ``pid pidns boot host`` of a record held by ``pid`` of this host."""
+        return b"%d %d %s %s" % (pid, self.pidns, self.boot, self.host)
+
+    # -- the critical section ------------------------------------------------------------------
+
+    def _open(self, key: str, create: bool) -> Slot | None:
+        path = os.path.join(self.directory, file_name(key))
+        flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_CREAT if create else 0)
+        try:
+            fd = os.open(path, flags, 0o600)
+        except FileNotFoundError:
+            if not create:
+                return None
+            # The directory itself was removed (a temp cleaner): make it again.
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            fd = os.open(path, flags, 0o600)
+        evicted: list[Slot] = []
+        with self._slots_lock:
+            slot = self.slots.get(key)
+            if slot is None:
+                slot = self.slots[key] = Slot(key, path, fd)
+                fd = -1
+                while len(self.slots) > MAX_OPEN:
+                    evicted.append(self.slots.pop(next(iter(self.slots))))
+        if fd >= 0:
+            os.close(fd)  # another thread opened it first
+        for old in evicted:
+            with old.mutex:
+                _close(old)
+        return slot
+
+    def _enter(self, key: str, create: bool) -> Slot | None:
+        """Lock ``key``'s file against this process's other threads and other processes."""
+        while True:
+            with self._slots_lock:
+                slot = self.slots.get(key)
+            if slot is None:
+                slot = self._open(key, create)
+                if slot is None:
+                    return None
+            slot.mutex.acquire()
+            try:
+                # fd < 0: evicted while we waited for the mutex; look again.
+                if slot.fd >= 0 and self._flock_file(slot):
+                    return slot
+            except BaseException:
+                slot.mutex.release()
+                raise
+            slot.mutex.release()
+
+    def _flock_file(self, slot: Slot) -> bool:
+        """Take the flock of ``slot`` (its mutex held); False, unlocked and dropped from the
+        cache, if the file was deleted meanwhile (by a temp cleaner): others use a new one."""
+        flock(slot.fd, fcntl.LOCK_EX, slot.path)
+        try:
+            if os.fstat(slot.fd).st_nlink > 0:
+                return True
+        except BaseException:
+            fcntl.flock(slot.fd, fcntl.LOCK_UN)
+            raise
+        fcntl.flock(slot.fd, fcntl.LOCK_UN)
+        with self._slots_lock:
+            if self.slots.get(slot.key) is slot:
+                del self.slots[slot.key]
+        _close(slot)
+        return False
+
+    @staticmethod
+    def _leave(slot: Slot) -> None:
+        try:
+            fcntl.flock(slot.fd, fcntl.LOCK_UN)
+        finally:
+            slot.mutex.release()
+
+    def locked(
+        self,
+        key: str,
+        create: bool,
+        action: Callable[Concatenate[Slot, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T | None:
+        """Run ``action`` inside ``key``'s critical section; None if ``key`` has no file and
+        ``create`` is false. The one place where OS errors become BackendUnavailable."""
+        try:
+            slot = self._enter(key, create)
+            if slot is None:
+                return None
+            try:
+                return action(slot, *args, **kwargs)
+            finally:
+                self._leave(slot)
+        except OSError as exc:
+            raise self.unavailable(exc, os.path.join(self.directory, file_name(key))) from exc
+
+    @staticmethod
+    def unavailable(exc: OSError, path: str) -> BackendUnavailable:
+        """``exc`` met on ``path`` as the error callers see."""
+        where = exc.filename if isinstance(exc.filename, str) else path
+        return BackendUnavailable(f"file:// lock store failed on {where!r}: {exc.strerror or exc}")
+
+    # -- reading and writing records -----------------------------------------------------------
+
+    def read(self, slot: Slot) -> Record | None:
+        """The record in ``slot`` (its critical section held); None if the file is empty."""
+        data = os.pread(slot.fd, CHUNK, 0)
+        if len(data) == CHUNK:
+            data += read_rest(slot.fd, len(data))
+        slot.size = len(data)
+        if not data:
+            return None
+        rec = parse(data, slot.path)
+        if rec.queue and rec.boot != self.boot:
+            rec.queue = b""  # waiters of another boot are gone with it
+        return rec
+
+    def write(
+        self,
+        slot: Slot,
+        fence: int,
+        owner: bytes,
+        expires: float,
+        ttl: float,
+        queue: bytes,
+        tail: bytes,
+    ) -> None:
+        """Write the record; ``tail`` (pid pidns boot host) names its holder. The lease is
+        tracked for the exit hook only when the holder is this process (``self.me``)."""
+        data = encode(fence, owner, expires, ttl, tail, slot.encoded, queue)
+        shrink = False
+        if len(data) < slot.size:
+            # Pad instead of truncating: changing a file's size costs several times the write.
+            # Only a file left large by a long queue is cut, so that reads stay one pread.
+            shrink = slot.size > CHUNK and (len(data) <= CHUNK or len(data) <= slot.size // 2)
+            if not shrink:
+                data += b" " * (slot.size - len(data))
+        if os.pwrite(slot.fd, data, 0) != len(data):
+            raise OSError(errno.ENOSPC, "short write to the lock file (disk full?)", slot.path)
+        if shrink:
+            os.ftruncate(slot.fd, len(data))
+        slot.size = len(data)
+        if tail is self.me:
+            if owner == FREE:
+                self.written.pop(slot.key, None)
+            else:
+                self.written[slot.key] = owner
+
+    @staticmethod
+    def glance(slot: Slot) -> Record | None:
+        """The first line of the record in ``slot``, parsed; None if the file is empty."""
+        data = os.pread(slot.fd, HEAD, 0)
+        if b"\n" not in data:
+            data = read_rest(slot.fd, 0)
+        return parse(data, slot.path, whole=False) if data else None
+
+    def names(self) -> list[str]:
+        """The names of the files in the directory."""
+        try:
+            with os.scandir(self.directory) as entries:
+                return [entry.name for entry in entries]
+        except OSError as exc:
+            raise self.unavailable(exc, self.directory) from exc
+
+    # -- judging a record ----------------------------------------------------------------------
+
+    def current(self, rec: Record, now: float) -> bool:
+        """The lease in ``rec`` has an owner and has not run out on this boot's clock."""
+        return (
+            rec.owner is not None
+            and now < rec.expires
+            and rec.boot == self.boot
+            # More time left than the lease ever had: written under another clock.
+            and rec.expires - now <= rec.ttl + 1.0
+        )
+
+    def held(self, rec: Record, now: float) -> bool:
+        """``rec`` excludes other owners: current, and its holder process is not gone."""
+        return self.current(rec, now) and not self.gone(rec.pid, rec.pidns, rec.host)
+
+    def gone(self, pid: int, pidns: int, host: bytes) -> bool:
+        """The process ``pid`` of a record or queue entry is known to have exited."""
+        if pidns != self.pidns or host != self.host or pid <= 0:
+            # Another pid namespace or host: its pids mean nothing here. A negative pid is a
+            # holder that exited normally: its lease runs until its TTL.
+            return False
+        if pid == self.pid:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False  # PermissionError: it exists, under another user
+        return False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def after_fork_in_child(self) -> None:
+        """Close the inherited descriptors: they share their flocks with the parent's."""
+        slots = self.slots
+        self.slots = {}
+        self._slots_lock = threading.Lock()
+        self.written = {}
+        for slot in slots.values():
+            # The parent's threads may have held these mutexes at the fork; nobody here does.
+            _close(slot)
+        self.identify()
+
+    def close(self) -> None:
+        """Close the cached descriptors (they are reopened on demand)."""
+        with self._slots_lock:
+            slots = list(self.slots.values())
+            self.slots.clear()
+        for slot in slots:
+            with slot.mutex:
+                _close(slot)
+
+
+def _close(slot: Slot) -> None:
+    fd, slot.fd = slot.fd, -1
+    if fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def flock(fd: int, operation: int, path: str) -> None:
+    """``flock`` that gives up after :data:`FLOCK_PATIENCE` instead of hanging behind a
+    process stopped inside its critical section."""
+    try:
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    deadline = time.monotonic() + FLOCK_PATIENCE
+    delay = 0.00002
+    while True:
+        time.sleep(delay)
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise BackendUnavailable(
+                    f"{path!r} stayed flocked for {FLOCK_PATIENCE:g} s; a process is stopped "
+                    "inside its few-microsecond critical section"
+                ) from None
+        delay = min(delay * 2, 0.001)
+
+
+def peek(path: str) -> Record | None:
+    """Read the record at ``path`` under a shared flock; None if there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    try:
+        flock(fd, fcntl.LOCK_SH, path)
+        try:
+            data = read_rest(fd, 0)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+    return parse(data, path) if data else None
