@@ -227,18 +227,20 @@ def test_fences_strictly_increase_across_release_force_release_and_processes(
     with kit.lock("fenced") as held:
         tokens.append(fence(held))
     assert tokens == sorted(set(tokens)), tokens
-    assert tokens[0] == 1
+    # A new key's first token is at least the wall clock in microseconds (see record removal).
+    assert tokens[0] >= 1_700_000_000 * 10**6
 
 
 def test_release_and_extend_are_compare_and_act(backend: FileBackend) -> None:
     assert backend.release("k", OWNER_A) is False  # no file yet
     assert backend.extend("k", OWNER_A, 1.0) is False
     grant = backend.try_acquire("k", OWNER_A, 5.0)
-    assert grant.acquired and grant.token == 1
+    assert grant.acquired and grant.token is not None
+    first = grant.token
     busy = backend.try_acquire("k", OWNER_B, 5.0)
     assert not busy.acquired and busy.retry_after is not None and 4.0 < busy.retry_after <= 5.0
     again = backend.try_acquire("k", OWNER_A, 5.0)  # a retried request renews, same token
-    assert again.acquired and again.token == 1
+    assert again.acquired and again.token == first
     assert backend.release("k", OWNER_B) is False
     assert backend.extend("k", OWNER_B, 5.0) is False
     assert backend.extend("k", OWNER_A, 0.05) is True
@@ -248,7 +250,7 @@ def test_release_and_extend_are_compare_and_act(backend: FileBackend) -> None:
     assert backend.info("k") is None
     assert backend.release("k", OWNER_A) is False
     taken = backend.try_acquire("k", OWNER_B, 5.0)
-    assert taken.acquired and taken.token == 2
+    assert taken.acquired and taken.token == first + 1
     assert backend.release("k", OWNER_B) is True
     assert backend.release("k", OWNER_B) is False
 
@@ -269,7 +271,7 @@ def test_odd_keys_work_and_are_listed_as_given(kit: LockKit, url: str) -> None:
         assert lock.acquire(blocking=False)
     listed = kit.admin.list()
     assert [i.key for i in listed] == sorted(keys)
-    assert {i.token for i in listed} == {1}
+    assert all(i.token is not None and i.token >= 1_700_000_000 * 10**6 for i in listed)
     other = LockKit(url, auto_renew=False)
     for key in keys:
         assert other.lock(key).acquire(blocking=False) is False
@@ -284,12 +286,13 @@ def test_odd_keys_work_and_are_listed_as_given(kit: LockKit, url: str) -> None:
 
 
 def test_a_record_from_another_boot_is_free(backend: FileBackend) -> None:
-    assert backend.try_acquire("rebooted", OWNER_A, 300.0).acquired
+    first = backend.try_acquire("rebooted", OWNER_A, 300.0).token
+    assert first is not None
     path = Path(backend.directory, file_name("rebooted"))
     boot = backend._store.boot.decode()
     path.write_text(path.read_text().replace(boot, "00000000-0000-0000-0000-000000000000"))
     grant = backend.try_acquire("rebooted", OWNER_B, 5.0)
-    assert grant.acquired and grant.token == 2
+    assert grant.acquired and grant.token == first + 1
 
 
 def test_a_corrupt_file_is_reported_not_reset(backend: FileBackend) -> None:
@@ -317,7 +320,7 @@ def test_open_descriptors_stay_bounded(backend: FileBackend) -> None:
         assert backend.release(f"many-{i}", OWNER_A)
     assert len(backend._store.slots) <= 512
     if before is not None:
-        assert len(os.listdir("/proc/self/fd")) <= before + 512
+        assert len(os.listdir("/proc/self/fd")) <= before + 512 + 1  # and the fence counter
 
 
 # -- processes and threads -------------------------------------------------------------------
@@ -341,7 +344,8 @@ def test_exclusion_across_eight_processes(url: str, tmp_path: Path) -> None:
     assert counter.read_text() == "1600"
     assert [r[0] for r in reports] == ["0"] * 8, "two processes were inside at once"
     tokens = [int(t) for r in reports for t in r[1:]]
-    assert sorted(tokens) == list(range(1, 1601)), "each grant has its own fence"
+    first = min(tokens)
+    assert sorted(tokens) == list(range(first, first + 1600)), "each grant has its own fence"
 
 
 def test_exclusion_across_threads_of_one_process(url: str, tmp_path: Path) -> None:
@@ -641,7 +645,8 @@ def test_contending_processes_are_served_in_turn(url: str, tmp_path: Path) -> No
 def test_a_waiter_that_gives_up_passes_a_handed_lock_on(url: str, bells: str) -> None:
     a, b, c = (create_backend(url) for _ in range(3))
     try:
-        assert a.try_acquire("k", OWNER_A, 30.0).acquired
+        first = a.try_acquire("k", OWNER_A, 30.0).token
+        assert first is not None
         waiting_b = b.waiter("k", OWNER_B, False)
         assert not b.try_acquire("k", OWNER_B, 30.0).acquired
         waiting_c = c.waiter("k", OWNER_C, False)
@@ -649,13 +654,13 @@ def test_a_waiter_that_gives_up_passes_a_handed_lock_on(url: str, bells: str) ->
         assert queue_of(url, "k") == [OWNER_B, OWNER_C]
         assert a.release("k", OWNER_A) is True
         handed = a.info("k")
-        assert handed is not None and handed.owner_hint == OWNER_B[:8] and handed.token == 2
+        assert handed is not None and handed.owner_hint == OWNER_B[:8] and handed.token == first + 1
         waiting_b.close(acquired=False)  # gave up before it noticed
         passed = a.info("k")
-        assert passed is not None and passed.owner_hint == OWNER_C[:8] and passed.token == 3
+        assert passed is not None and passed.owner_hint == OWNER_C[:8] and passed.token == first + 2
         began = time.monotonic()
         grant = waiting_c.wait(5.0)
-        assert grant is not None and grant.acquired and grant.token == 3
+        assert grant is not None and grant.acquired and grant.token == first + 2
         assert grant.since is not None and grant.since < began
         assert time.monotonic() - began < 1.0
         waiting_c.close(acquired=True)
@@ -745,7 +750,8 @@ def test_a_lapsed_lease_goes_to_the_queue_not_to_a_non_blocking_caller(
 ) -> None:
     a, b = create_backend(url), create_backend(url)
     try:
-        assert a.try_acquire("lapsed", OWNER_A, 0.2).acquired
+        first = a.try_acquire("lapsed", OWNER_A, 0.2).token
+        assert first is not None
         waiting = b.waiter("lapsed", OWNER_B, False)
         assert not b.try_acquire("lapsed", OWNER_B, 30.0).acquired
         time.sleep(0.3)  # A's lease ran out without a release
@@ -754,7 +760,7 @@ def test_a_lapsed_lease_goes_to_the_queue_not_to_a_non_blocking_caller(
         info = a.info("lapsed")
         assert info is not None and info.owner_hint == OWNER_B[:8]
         grant = waiting.wait(5.0)
-        assert grant is not None and grant.token == 2
+        assert grant is not None and grant.token == first + 1
         waiting.close(acquired=True)
         assert b.release("lapsed", OWNER_B) is True
         assert kit.lock("lapsed").acquire(blocking=False) is True
@@ -764,12 +770,13 @@ def test_a_lapsed_lease_goes_to_the_queue_not_to_a_non_blocking_caller(
 
 
 def test_force_release_hands_the_lock_to_the_oldest_waiter(backend: FileBackend) -> None:
-    assert backend.try_acquire("forced", OWNER_A, 30.0).acquired
+    first = backend.try_acquire("forced", OWNER_A, 30.0).token
+    assert first is not None
     waiting = backend.waiter("forced", OWNER_B, False)
     assert not backend.try_acquire("forced", OWNER_B, 30.0).acquired
     assert backend.force_release("forced") is True
     info = backend.info("forced")
-    assert info is not None and info.owner_hint == OWNER_B[:8] and info.token == 2
+    assert info is not None and info.owner_hint == OWNER_B[:8] and info.token == first + 1
     assert backend.release("forced", OWNER_A) is False
     waiting.close(acquired=False)
     assert backend.info("forced") is None

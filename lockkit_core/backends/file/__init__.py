@@ -9,6 +9,15 @@ The parts, each in a module named for it:
 - :mod:`.wakeups`: datagram sockets that tell a waiter it was handed the lock.
 - :mod:`.backend`: :class:`FileBackend`, which glues them together.
 
+Fencing tokens grow by one per grant of a key. A key's record is removed once it has been
+free, with nobody queued, for about a second (at the next call of the process that freed it,
+or when it closes its backend or exits), so a free key costs no file. Before removing a
+record, lockkit raises the directory's fence counter (``fence.counter``) to its fence; a key
+with no record starts above that counter and at or above the wall clock in microseconds. So a
+key's tokens stay above all its earlier ones when lockkit removes its record, and when
+something else (a temp cleaner) removes its record or the counter, unless the wall clock
+stepped back, since the key's last grant, by more than the time the key then sat unused.
+
 A holder that crashed (SIGKILL, OOM killer, os._exit) frees its keys at once, as its pid is
 gone; one that exits normally marks its records detached on the way out, so an owner token
 handed to another process (a Celery producer's lock) lives on until its TTL. Nothing is

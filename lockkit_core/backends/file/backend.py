@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
-from ...errors import BackendError, NotSupported
+from ...errors import LockKitError, NotSupported
 from ...url import LockURL
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter
 from .grant import Grants, lease
@@ -26,6 +26,10 @@ T = TypeVar("T")
 
 #: how long after its last wait in a queue a process's blocking callers queue on first attempt
 QUEUE_FIRST = 30.0
+#: a record left free this long (with nobody queued) is removed at this process's next call
+IDLE_SECONDS = 1.0
+#: records removed by one call, so that no caller pays for many
+SWEEP_BATCH = 256
 
 
 class FileBackend(Backend):
@@ -97,6 +101,7 @@ class FileBackend(Backend):
                 waiter.queued_at = sent
         if handed is not None:
             self._bells.ring(handed)
+        self._sweep_idle()
         return got
 
     def release(self, key: str, owner: str) -> bool:
@@ -111,6 +116,7 @@ class FileBackend(Backend):
             return False
         if done[1] is not None:
             self._bells.ring(done[1])
+        self._sweep_idle()
         return done[0]
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
@@ -126,6 +132,28 @@ class FileBackend(Backend):
         before their first attempt, which spares a contended caller one critical section and
         costs an uncontended one a few microseconds."""
         return time.monotonic() - self.waited_at < QUEUE_FIRST
+
+    def _sweep_idle(self, everything: bool = False) -> None:
+        """Remove the records this process left free at least :data:`IDLE_SECONDS` ago, at
+        most :data:`SWEEP_BATCH` of them; all of them if ``everything``."""
+        idle = self._store.idle
+        while idle:
+            cutoff = time.monotonic() - (0.0 if everything else IDLE_SECONDS)
+            batch: list[str] = []
+            try:
+                for key, at in idle.items():
+                    if at > cutoff or len(batch) == SWEEP_BATCH:
+                        break
+                    batch.append(key)
+            except RuntimeError:
+                return  # another thread changed it meanwhile: a later call sweeps
+            if not batch:
+                return
+            for key in batch:
+                idle.pop(key, None)
+                self._locked(key, False, self._grants.remove_if_free)
+            if not everything:
+                return
 
     def _withdraw(self, key: str, owner: str) -> None:
         self._bells.ring(self._locked(key, False, self._grants.leave_queue, owner))
@@ -180,9 +208,11 @@ class FileBackend(Backend):
         store = self._store
         if os.getpid() != store.pid:
             return
+        with contextlib.suppress(LockKitError):
+            self._sweep_idle(everything=True)
         store.me = store.tail(-store.pid)  # a watchdog renewing after this writes it too
         for key, owner in list(store.written.items()):
-            with contextlib.suppress(BackendError):
+            with contextlib.suppress(LockKitError):
                 self._locked(key, False, self._grants.detach, owner)
 
     def after_fork_in_child(self) -> None:
@@ -192,7 +222,10 @@ class FileBackend(Backend):
         self._store.after_fork_in_child()
 
     def close(self) -> None:
-        """Close the cached descriptors. Held locks stay held until their TTL."""
+        """Remove the records this process left free, close the cached descriptors and
+        sockets. Held locks stay held until their TTL."""
+        with contextlib.suppress(LockKitError):
+            self._sweep_idle(everything=True)
         self._store.close()
         self._bells.close()
 

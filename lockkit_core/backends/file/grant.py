@@ -68,10 +68,11 @@ class Grants:
         now = time.monotonic()
         mine = owner_bytes(owner)
         if rec is None:
-            self.store.write(slot, 1, mine, now + ttl, ttl, b"", self.store.me)
+            fence = self.store.first_fence()
+            self.store.write(slot, fence, mine, now + ttl, ttl, b"", self.store.me)
             if waiter is not None:
                 waiter.granted = True
-            return Grant(True, 1), None
+            return Grant(True, fence), None
         if rec.owner == mine and self.store.current(rec, now):
             # A retried request, or a lock handed to this waiter: renew, keep the token.
             queue = without(rec.queue, mine) if rec.queue else b""
@@ -133,6 +134,14 @@ class Grants:
         if rec is None or rec.owner != owner_bytes(owner) or not self.store.current(rec, now):
             return False
         self.store.write(slot, rec.fence, rec.owner, now + ttl, ttl, rec.queue, self.store.me)
+        return True
+
+    def remove_if_free(self, slot: Slot) -> bool:
+        """Delete the record if it is free and nobody queues: a free key costs nothing."""
+        rec = self.store.read(slot)
+        if rec is not None and (rec.owner is not None or rec.queue):
+            return False
+        self.store.remove(slot, 0 if rec is None else rec.fence)
         return True
 
     def detach(self, slot: Slot, owner: bytes) -> None:

@@ -23,7 +23,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from ...config import default_url
 from ...errors import BackendUnavailable
-from .record import CHUNK, FREE, HEAD, Record, encode, file_name, parse, read_rest
+from .record import CHUNK, FREE, HEAD, NotARecord, Record, encode, file_name, parse, read_rest
 
 if sys.platform != "win32":
     import fcntl
@@ -35,6 +35,8 @@ T = TypeVar("T")
 MAX_OPEN = 512
 #: how long an operation waits for another process's critical section (microseconds long)
 FLOCK_PATIENCE = 5.0
+#: the directory-wide fence counter: at least the fence of every record lockkit removed
+FENCE_FILE = "fence.counter"
 
 
 def default_directory() -> str:
@@ -84,6 +86,10 @@ class RecordStore:
         self._slots_lock = threading.Lock()
         #: key -> owner of every record this process last wrote as held
         self.written: dict[str, bytes] = {}
+        #: key -> when this process left its record free with nobody queued, oldest first
+        self.idle: dict[str, float] = {}
+        self._counter_fd = -1
+        self._counter_lock = threading.Lock()
         self.identify()
 
     def _prepare_directory(self) -> None:
@@ -186,7 +192,8 @@ class RecordStore:
     @staticmethod
     def _leave(slot: Slot) -> None:
         try:
-            fcntl.flock(slot.fd, fcntl.LOCK_UN)
+            if slot.fd >= 0:  # else closed by remove()
+                fcntl.flock(slot.fd, fcntl.LOCK_UN)
         finally:
             slot.mutex.release()
 
@@ -257,11 +264,87 @@ class RecordStore:
         if shrink:
             os.ftruncate(slot.fd, len(data))
         slot.size = len(data)
-        if tail is self.me:
-            if owner == FREE:
+        if owner == FREE:
+            if not queue:
+                self.idle.pop(slot.key, None)
+                self.idle[slot.key] = time.monotonic()
+            if tail is self.me:
                 self.written.pop(slot.key, None)
-            else:
+        else:
+            if self.idle:
+                self.idle.pop(slot.key, None)
+            if tail is self.me:
                 self.written[slot.key] = owner
+
+    def remove(self, slot: Slot, fence: int) -> None:
+        """Delete the free record in ``slot`` (its critical section held) after raising the
+        fence counter to ``fence``, and close ``slot``. Processes holding a descriptor of the
+        file notice, after their flock, that it has no name left and open a new one."""
+        self.raise_floor(fence)
+        # The name could only lead elsewhere if something other than lockkit removed the file.
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(slot.path).st_ino == os.fstat(slot.fd).st_ino:
+                os.unlink(slot.path)
+        with self._slots_lock:
+            if self.slots.get(slot.key) is slot:
+                del self.slots[slot.key]
+        # Unlock explicitly: a forked child may still share the open file description.
+        fcntl.flock(slot.fd, fcntl.LOCK_UN)
+        _close(slot)
+
+    def first_fence(self) -> int:
+        """The fence of a key that has no record: above the fence counter and at least the
+        wall clock in microseconds.
+
+        The counter holds the fence of every record lockkit removed; the clock covers records
+        removed by others (temp cleaners): a key's fence grows by one per grant, at most one
+        per microsecond, from a start at or above the clock, so it stays at or below the clock
+        unless the clock steps back.
+        """
+        return max(self.floor() + 1, time.time_ns() // 1000)
+
+    def floor(self) -> int:
+        """The fence counter; 0 if it was missing (removed by a temp cleaner)."""
+        return self._counter(0)
+
+    def raise_floor(self, fence: int) -> None:
+        """Make the fence counter at least ``fence``."""
+        self._counter(fence)
+
+    def _counter(self, fence: int) -> int:
+        """Read the fence counter, raising it to ``fence`` first if that is more."""
+        path = os.path.join(self.directory, FENCE_FILE)
+        with self._counter_lock:
+            while True:
+                if self._counter_fd < 0:
+                    self._counter_fd = os.open(
+                        path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
+                    )
+                fd = self._counter_fd
+                flock(fd, fcntl.LOCK_EX if fence else fcntl.LOCK_SH, path)
+                try:
+                    if os.fstat(fd).st_nlink == 0:
+                        # Removed by a temp cleaner: start a new one (the clock covers the gap).
+                        self._counter_fd = -1
+                        os.close(fd)
+                        fd = -1
+                        continue
+                    value = _counter(os.pread(fd, 64, 0), path)
+                    if fence > value:
+                        data = b"%20d\n" % fence
+                        if os.pwrite(fd, data, 0) != len(data):
+                            raise OSError(errno.ENOSPC, "short write (disk full?)", path)
+                        value = fence
+                    return value
+                finally:
+                    if fd >= 0:
+                        fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _close_counter(self) -> None:
+        fd, self._counter_fd = self._counter_fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     @staticmethod
     def glance(slot: Slot) -> Record | None:
@@ -319,6 +402,9 @@ class RecordStore:
         self.slots = {}
         self._slots_lock = threading.Lock()
         self.written = {}
+        self.idle = {}
+        self._counter_lock = threading.Lock()
+        self._close_counter()  # the parent's: no flock of it is held outside a call
         for slot in slots.values():
             # The parent's threads may have held these mutexes at the fork; nobody here does.
             _close(slot)
@@ -332,6 +418,8 @@ class RecordStore:
         for slot in slots:
             with slot.mutex:
                 _close(slot)
+        with self._counter_lock:
+            self._close_counter()
 
 
 def _close(slot: Slot) -> None:
@@ -339,6 +427,16 @@ def _close(slot: Slot) -> None:
     if fd >= 0:
         with contextlib.suppress(OSError):
             os.close(fd)
+
+
+def _counter(data: bytes, path: str) -> int:
+    try:
+        return int(data) if data.strip() else 0
+    except ValueError:
+        raise NotARecord(
+            f"{path!r} does not hold a fence counter; remove it (tokens then restart from "
+            "the wall clock in microseconds)"
+        ) from None
 
 
 def flock(fd: int, operation: int, path: str) -> None:
