@@ -20,9 +20,11 @@ stepped back, since the key's last grant, by more than the time the key then sat
 
 A holder that crashed (SIGKILL, OOM killer, os._exit) frees its keys at once, as its pid is
 gone; one that exits normally marks its records detached on the way out, so an owner token
-handed to another process (a Celery producer's lock) lives on until its TTL. Nothing is
-fsynced: a lock does not outlive a reboot, and a record written under another boot id is
-free, queue and all. The directory is created with mode 0700, its files with 0600.
+handed to another process (a Celery producer's lock) lives on until its TTL. ``file://`` is
+single-host: a record written by another machine (a directory shared over NFS) is refused
+with a ``ConfigError``, never taken as stale. Nothing is fsynced: a lock does not outlive a
+reboot, and a record written under another boot id is free, queue and all. The directory is
+created with mode 0700, its files with 0600.
 """
 
 from .backend import FileBackend

@@ -179,6 +179,7 @@ class FileBackend(Backend):
                 continue  # acquiring its key reports it
             if rec is None:
                 continue
+            store.check_host(rec, path)
             now = time.monotonic()
             key = rec.key.decode("utf-8", "surrogatepass")
             if key.startswith(prefix) and store.held(rec, now):

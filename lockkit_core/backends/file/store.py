@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Concatenate, ParamSpec, TypeVar
 
 from ...config import default_url
-from ...errors import BackendUnavailable
+from ...errors import BackendUnavailable, ConfigError
 from .record import CHUNK, FREE, HEAD, NotARecord, Record, encode, file_name, parse, read_rest
 
 if sys.platform != "win32":
@@ -235,6 +235,7 @@ class RecordStore:
         if not data:
             return None
         rec = parse(data, slot.path)
+        self.check_host(rec, slot.path)
         if rec.queue and rec.boot != self.boot:
             rec.queue = b""  # waiters of another boot are gone with it
         return rec
@@ -346,13 +347,34 @@ class RecordStore:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
-    @staticmethod
-    def glance(slot: Slot) -> Record | None:
+    def glance(self, slot: Slot) -> Record | None:
         """The first line of the record in ``slot``, parsed; None if the file is empty."""
         data = os.pread(slot.fd, HEAD, 0)
         if b"\n" not in data:
             data = read_rest(slot.fd, 0)
-        return parse(data, slot.path, whole=False) if data else None
+        if not data:
+            return None
+        rec = parse(data, slot.path, whole=False)
+        self.check_host(rec, slot.path)
+        return rec
+
+    def check_host(self, rec: Record, path: str) -> None:
+        """Refuse a record written by another host: its leases cannot be judged from here.
+
+        Another boot id alone is this host before a reboot (the record is stale), another
+        host name alone is another container of this kernel; both differing is another
+        machine sharing the directory (NFS), which file:// cannot exclude.
+        """
+        if rec.boot != self.boot and rec.host != self.host:
+            raise ConfigError(
+                f"file:// is single-host, but {path!r} was written by host "
+                f"{rec.host.decode('utf-8', 'replace')!r} (boot id "
+                f"{rec.boot.decode('ascii', 'replace')}), not by this one "
+                f"({self.host.decode('utf-8', 'replace')!r}): the lock directory is shared "
+                "between hosts (NFS?), where file:// would grant one lock on each. Use "
+                "redis://, zookeeper:// or etcd:// for locks across hosts. If no other host "
+                "uses this directory (this host was renamed before a reboot), remove the file."
+            )
 
     def names(self) -> list[str]:
         """The names of the files in the directory."""
