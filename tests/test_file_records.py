@@ -134,6 +134,17 @@ def test_free_records_are_removed_while_the_process_goes_on(
     assert file_name("held") in records(backend.directory)
 
 
+def test_free_records_beyond_a_bound_are_removed_at_once(
+    backend: FileBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lockkit_core.backends.file import backend as module
+
+    monkeypatch.setattr(module, "IDLE_MAX", 50)
+    for i in range(300):
+        cycle(backend, f"key-{i}", OWNER_A)
+    assert 50 <= len(records(backend.directory)) <= 51
+
+
 def test_a_record_with_waiters_or_a_holder_is_never_removed(backend: FileBackend) -> None:
     assert backend.try_acquire("held", OWNER_A, 30.0).acquired
     waiter = backend.waiter("queued", OWNER_B, True)

@@ -26,8 +26,11 @@ T = TypeVar("T")
 
 #: how long after its last wait in a queue a process's blocking callers queue on first attempt
 QUEUE_FIRST = 30.0
-#: a record left free this long (with nobody queued) is removed at this process's next call
-IDLE_SECONDS = 1.0
+#: a record left free this long (with nobody queued) is removed at this process's next call;
+#: a key used again sooner keeps its file, which spares it a file creation (tens of us)
+IDLE_SECONDS = 10.0
+#: free records a process leaves before it removes the oldest, however recent
+IDLE_MAX = 4096
 #: records removed by one call, so that no caller pays for many
 SWEEP_BATCH = 256
 
@@ -134,15 +137,17 @@ class FileBackend(Backend):
         return time.monotonic() - self.waited_at < QUEUE_FIRST
 
     def _sweep_idle(self, everything: bool = False) -> None:
-        """Remove the records this process left free at least :data:`IDLE_SECONDS` ago, at
-        most :data:`SWEEP_BATCH` of them; all of them if ``everything``."""
+        """Remove the records this process left free at least :data:`IDLE_SECONDS` ago, and
+        the oldest beyond :data:`IDLE_MAX`, at most :data:`SWEEP_BATCH` of them; all of them
+        if ``everything``."""
         idle = self._store.idle
         while idle:
             cutoff = time.monotonic() - (0.0 if everything else IDLE_SECONDS)
+            excess = len(idle) - IDLE_MAX
             batch: list[str] = []
             try:
                 for key, at in idle.items():
-                    if at > cutoff or len(batch) == SWEEP_BATCH:
+                    if (at > cutoff and len(batch) >= excess) or len(batch) == SWEEP_BATCH:
                         break
                     batch.append(key)
             except RuntimeError:
