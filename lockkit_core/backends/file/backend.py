@@ -26,13 +26,6 @@ T = TypeVar("T")
 
 #: how long after its last wait in a queue a process's blocking callers queue on first attempt
 QUEUE_FIRST = 30.0
-#: a record left free this long (with nobody queued) is removed at this process's next call;
-#: a key used again sooner keeps its file, which spares it a file creation (tens of us)
-IDLE_SECONDS = 10.0
-#: free records a process leaves before it removes the oldest, however recent
-IDLE_MAX = 4096
-#: records removed by one call, so that no caller pays for many
-SWEEP_BATCH = 256
 
 
 class FileBackend(Backend):
@@ -66,6 +59,9 @@ class FileBackend(Backend):
         self._bells = Bells()
         self.waited_at = -QUEUE_FIRST  # when a caller of this process last queued
         _backends.add(self)
+        # A backend dropped without close() frees what it opened when it is collected.
+        self._finalizer = weakref.finalize(self, _drop, self._store, self._grants, self._bells)
+        self._finalizer.atexit = False  # the exit hook still needs them
 
     def describe(self) -> str:
         """``file://`` and the absolute directory."""
@@ -137,28 +133,10 @@ class FileBackend(Backend):
         return time.monotonic() - self.waited_at < QUEUE_FIRST
 
     def _sweep_idle(self, everything: bool = False) -> None:
-        """Remove the records this process left free at least :data:`IDLE_SECONDS` ago, and
-        the oldest beyond :data:`IDLE_MAX`, at most :data:`SWEEP_BATCH` of them; all of them
-        if ``everything``."""
-        idle = self._store.idle
-        while idle:
-            cutoff = time.monotonic() - (0.0 if everything else IDLE_SECONDS)
-            excess = len(idle) - IDLE_MAX
-            batch: list[str] = []
-            try:
-                for key, at in idle.items():
-                    if (at > cutoff and len(batch) >= excess) or len(batch) == SWEEP_BATCH:
-                        break
-                    batch.append(key)
-            except RuntimeError:
-                return  # another thread changed it meanwhile: a later call sweeps
-            if not batch:
-                return
-            for key in batch:
-                idle.pop(key, None)
-                self._locked(key, False, self._grants.remove_if_free)
-            if not everything:
-                return
+        if self._store.idle:
+            if os.getpid() != self._store.pid:
+                self.after_fork_in_child()
+            self._grants.sweep(everything)
 
     def _withdraw(self, key: str, owner: str) -> None:
         self._bells.ring(self._locked(key, False, self._grants.leave_queue, owner))
@@ -234,6 +212,14 @@ class FileBackend(Backend):
             self._sweep_idle(everything=True)
         self._store.close()
         self._bells.close()
+
+
+def _drop(store: RecordStore, grants: Grants, bells: Bells) -> None:
+    if os.getpid() == store.pid:
+        with contextlib.suppress(LockKitError):
+            grants.sweep(everything=True)
+    store.close()
+    bells.close()
 
 
 _backends: weakref.WeakSet[FileBackend] = weakref.WeakSet()

@@ -35,6 +35,15 @@ def lease(rec: Record, key: str, now: float) -> Lease:
     )
 
 
+#: a record left free this long (with nobody queued) is removed at this process's next call;
+#: a key used again sooner keeps its file, which spares it a file creation (tens of us)
+IDLE_SECONDS = 10.0
+#: free records a process leaves before it removes the oldest, however recent
+IDLE_MAX = 4096
+#: records removed by one call, so that no caller pays for many
+SWEEP_BATCH = 256
+
+
 class Grants:
     """The decisions on the records of one :class:`RecordStore`; each method takes the slot
     whose critical section the caller holds."""
@@ -135,6 +144,30 @@ class Grants:
             return False
         self.store.write(slot, rec.fence, rec.owner, now + ttl, ttl, rec.queue, self.store.me)
         return True
+
+    def sweep(self, everything: bool = False) -> None:
+        """Remove the records this process left free at least :data:`IDLE_SECONDS` ago, and
+        the oldest beyond :data:`IDLE_MAX`, at most :data:`SWEEP_BATCH` of them; all of them
+        if ``everything``."""
+        idle = self.store.idle
+        while idle:
+            cutoff = time.monotonic() - (0.0 if everything else IDLE_SECONDS)
+            excess = len(idle) - IDLE_MAX
+            batch: list[str] = []
+            try:
+                for key, at in idle.items():
+                    if (at > cutoff and len(batch) >= excess) or len(batch) == SWEEP_BATCH:
+                        break
+                    batch.append(key)
+            except RuntimeError:
+                return  # another thread changed it meanwhile: a later call sweeps
+            if not batch:
+                return
+            for key in batch:
+                idle.pop(key, None)
+                self.store.locked(key, False, self.remove_if_free)
+            if not everything:
+                return
 
     def remove_if_free(self, slot: Slot) -> bool:
         """Delete the record if it is free and nobody queues: a free key costs nothing."""
