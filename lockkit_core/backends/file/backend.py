@@ -122,6 +122,12 @@ class FileBackend(Backend):
         """Reset the lease to ``ttl`` if ``owner`` holds it; a lease that ran out stays lost."""
         return bool(self._locked(key, False, self._grants.extend, owner, ttl))
 
+    def adopt(self, key: str, owner: str, ttl: float) -> Grant:
+        """Take over ``owner``'s lease on ``key``: renew it to ``ttl`` and return its token, in
+        one critical section; ``Grant(False)`` if ``owner`` does not hold ``key``."""
+        got = self._locked(key, False, self._grants.adopt, owner, ttl)
+        return Grant(False) if got is None else got
+
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
         """Queue the caller's next attempts on ``key``; waiting is FIFO whatever ``fair``."""
         return FileWaiter(self, key, owner)
@@ -138,8 +144,14 @@ class FileBackend(Backend):
                 self.after_fork_in_child()
             self._grants.sweep(everything)
 
-    def _withdraw(self, key: str, owner: str) -> None:
-        self._bells.ring(self._locked(key, False, self._grants.leave_queue, owner))
+    def _withdraw(self, key: str, owner: str, patient: bool = True) -> None:
+        if patient:
+            self._bells.ring(self._locked(key, False, self._grants.leave_queue, owner))
+            return
+        # After a failure: one try that waits for nobody; else the entry lapses by itself.
+        with contextlib.suppress(LockKitError):
+            if os.getpid() == self._store.pid:
+                self._bells.ring(self._store.locked_now(key, self._grants.leave_queue, owner))
 
     def list(self, prefix: str) -> list[Lease]:
         """Held locks whose key starts with ``prefix``, sorted by key."""
@@ -186,18 +198,7 @@ class FileBackend(Backend):
     # -- lifecycle ---------------------------------------------------------------------------
 
     def _at_exit(self) -> None:
-        # Marks this process's held records detached (negative pid) so that their leases run
-        # until their TTL: a holder pid that is gone frees a key at once, which is right after
-        # a crash but would drop a lock whose owner token was handed to another process.
-        store = self._store
-        if os.getpid() != store.pid:
-            return
-        with contextlib.suppress(LockKitError):
-            self._sweep_idle(everything=True)
-        store.me = store.tail(-store.pid)  # a watchdog renewing after this writes it too
-        for key, owner in list(store.written.items()):
-            with contextlib.suppress(LockKitError):
-                self._locked(key, False, self._grants.detach, owner)
+        _detach(self._store, self._grants)
 
     def after_fork_in_child(self) -> None:
         """Close the inherited descriptors: they share their flocks with the parent's."""
@@ -218,17 +219,38 @@ def _drop(store: RecordStore, grants: Grants, bells: Bells) -> None:
     if os.getpid() == store.pid:
         with contextlib.suppress(LockKitError):
             grants.sweep(everything=True)
+        if store.written:
+            _orphans.append((store, grants))  # its held records are still detached at exit
     store.close()
     bells.close()
 
 
+def _detach(store: RecordStore, grants: Grants) -> None:
+    """Mark this process's held records detached (negative pid) so that their leases run
+    until their TTL: a holder pid that is gone frees a key at once, which is right after a
+    crash but would drop a lock whose owner token was handed to another process."""
+    if os.getpid() != store.pid:
+        return
+    with contextlib.suppress(LockKitError):
+        grants.sweep(everything=True)
+    store.me = store.tail(-store.pid)  # a watchdog renewing after this writes it too
+    for key, owner in list(store.written.items()):
+        with contextlib.suppress(LockKitError):
+            store.locked(key, False, grants.detach, owner)
+    store.close()
+
+
 _backends: weakref.WeakSet[FileBackend] = weakref.WeakSet()
+#: stores of backends collected while they held records this process wrote
+_orphans: list[tuple[RecordStore, Grants]] = []
 
 
 @atexit.register
 def _detach_all() -> None:
     for backend in list(_backends):
         backend._at_exit()
+    for store, grants in _orphans:
+        _detach(store, grants)
 
 
 __all__ = ["FileBackend"]

@@ -177,6 +177,16 @@ class Grants:
         self.store.remove(slot, 0 if rec is None else rec.fence)
         return True
 
+    def adopt(self, slot: Slot, owner: str, ttl: float) -> Grant:
+        """Renew ``owner``'s current lease to ``ttl`` and return its token; ``Grant(False)``
+        if ``owner`` does not hold the key (a free key is never taken)."""
+        rec = self.store.read(slot)
+        now = time.monotonic()
+        if rec is None or rec.owner != owner_bytes(owner) or not self.store.current(rec, now):
+            return Grant(False)
+        self.store.write(slot, rec.fence, rec.owner, now + ttl, ttl, rec.queue, self.store.me)
+        return Grant(True, rec.fence)
+
     def detach(self, slot: Slot, owner: bytes) -> None:
         """Rewrite ``owner``'s record held by this process with the holder ``self.store.me`` (which
         the exit hook has made a negative pid: the lease then runs until its TTL)."""

@@ -177,6 +177,9 @@ class FileWaiter(Waiter):
         return not store.held(rec, now), None
 
     def close(self, acquired: bool, *, reachable: bool = True) -> None:
+        """Leave the queue (passing on a lock handed to us if we did not take it). With
+        ``reachable=False`` (the store just failed) try once without waiting for another
+        process's critical section; an entry left behind lapses by itself."""
         backend = self._backend
         if backend._queued.get((self.key, self.owner)) is self:
             del backend._queued[(self.key, self.owner)]
@@ -184,4 +187,4 @@ class FileWaiter(Waiter):
             backend._bells.give_back(self._bell, os.getpid() == backend._store.pid)
             self._bell = None
         if not acquired and (self.queued_at is not None or self.granted):
-            backend._withdraw(self.key, self.owner)
+            backend._withdraw(self.key, self.owner, patient=reachable)

@@ -153,7 +153,7 @@ class RecordStore:
                 _close(old)
         return slot
 
-    def _enter(self, key: str, create: bool) -> Slot | None:
+    def _enter(self, key: str, create: bool, patience: float) -> Slot | None:
         """Lock ``key``'s file against this process's other threads and other processes."""
         while True:
             with self._slots_lock:
@@ -165,17 +165,17 @@ class RecordStore:
             slot.mutex.acquire()
             try:
                 # fd < 0: evicted while we waited for the mutex; look again.
-                if slot.fd >= 0 and self._flock_file(slot):
+                if slot.fd >= 0 and self._flock_file(slot, patience):
                     return slot
             except BaseException:
                 slot.mutex.release()
                 raise
             slot.mutex.release()
 
-    def _flock_file(self, slot: Slot) -> bool:
+    def _flock_file(self, slot: Slot, patience: float) -> bool:
         """Take the flock of ``slot`` (its mutex held); False, unlocked and dropped from the
         cache, if the file was deleted meanwhile (by a temp cleaner): others use a new one."""
-        flock(slot.fd, fcntl.LOCK_EX, slot.path)
+        flock(slot.fd, fcntl.LOCK_EX, slot.path, patience)
         try:
             if os.fstat(slot.fd).st_nlink > 0:
                 return True
@@ -207,8 +207,26 @@ class RecordStore:
     ) -> T | None:
         """Run ``action`` inside ``key``'s critical section; None if ``key`` has no file and
         ``create`` is false. The one place where OS errors become BackendUnavailable."""
+        return self._locked(key, create, FLOCK_PATIENCE, action, *args, **kwargs)
+
+    def locked_now(
+        self, key: str, action: Callable[Concatenate[Slot, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T | None:
+        """Like :meth:`locked` on an existing file, but :class:`BackendUnavailable` at once if
+        another process is inside the critical section (for callers that must not wait)."""
+        return self._locked(key, False, 0.0, action, *args, **kwargs)
+
+    def _locked(
+        self,
+        key: str,
+        create: bool,
+        patience: float,
+        action: Callable[Concatenate[Slot, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T | None:
         try:
-            slot = self._enter(key, create)
+            slot = self._enter(key, create, patience)
             if slot is None:
                 return None
             try:
@@ -461,15 +479,16 @@ def _counter(data: bytes, path: str) -> int:
         ) from None
 
 
-def flock(fd: int, operation: int, path: str) -> None:
-    """``flock`` that gives up after :data:`FLOCK_PATIENCE` instead of hanging behind a
+def flock(fd: int, operation: int, path: str, patience: float = FLOCK_PATIENCE) -> None:
+    """``flock`` that gives up after ``patience`` seconds instead of hanging behind a
     process stopped inside its critical section."""
     try:
         fcntl.flock(fd, operation | fcntl.LOCK_NB)
         return
     except BlockingIOError:
-        pass
-    deadline = time.monotonic() + FLOCK_PATIENCE
+        if patience <= 0:
+            raise BackendUnavailable(f"{path!r} is flocked by another process") from None
+    deadline = time.monotonic() + patience
     delay = 0.00002
     while True:
         time.sleep(delay)
@@ -479,7 +498,7 @@ def flock(fd: int, operation: int, path: str) -> None:
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 raise BackendUnavailable(
-                    f"{path!r} stayed flocked for {FLOCK_PATIENCE:g} s; a process is stopped "
+                    f"{path!r} stayed flocked for {patience:g} s; a process is stopped "
                     "inside its few-microsecond critical section"
                 ) from None
         delay = min(delay * 2, 0.001)
