@@ -29,6 +29,7 @@ from lockkit_core import (
 )
 from lockkit_core.backends.file import FileBackend, default_directory, file_name, wakeups
 from lockkit_core.backends.file import queue as file_queue
+from lockkit_core.backends.file.record import owner_hint
 from lockkit_core.backends.file.store import peek
 from lockkit_core.registry import create_backend
 
@@ -574,10 +575,10 @@ except LockLost:
 
 
 def queue_of(url: str, key: str) -> list[str]:
-    """The owner tokens queued on ``key``, oldest first."""
+    """The owners queued on ``key``, oldest first (as the hints of their tokens)."""
     record = peek(os.path.join(url[len("file://") :], file_name(key)))
     assert record is not None
-    return [line.split(b" ")[0].decode() for line in record.queue.splitlines()]
+    return [owner_hint(line.split(b" ")[0]) for line in record.queue.splitlines()]
 
 
 def queue_up(url: str, key: str, timeout: str, ttl: str) -> subprocess.Popen[str]:
@@ -651,7 +652,7 @@ def test_a_waiter_that_gives_up_passes_a_handed_lock_on(url: str, bells: str) ->
         assert not b.try_acquire("k", OWNER_B, 30.0).acquired
         waiting_c = c.waiter("k", OWNER_C, False)
         assert not c.try_acquire("k", OWNER_C, 30.0).acquired
-        assert queue_of(url, "k") == [OWNER_B, OWNER_C]
+        assert queue_of(url, "k") == [OWNER_B[:8], OWNER_C[:8]]
         assert a.release("k", OWNER_A) is True
         handed = a.info("k")
         assert handed is not None and handed.owner_hint == OWNER_B[:8] and handed.token == first + 1
@@ -791,11 +792,11 @@ def test_a_full_queue_makes_late_callers_poll(
     assert not backend.try_acquire("full", OWNER_B, 30.0).acquired
     late = backend.waiter("full", OWNER_C, False)
     assert not backend.try_acquire("full", OWNER_C, 30.0).acquired
-    assert queue_of(url, "full") == [OWNER_B]
+    assert queue_of(url, "full") == [OWNER_B[:8]]
     assert late.wait(0.001) is None  # polls, and joins at its next attempt with room
     assert backend.release("full", OWNER_A) is True
     assert not backend.try_acquire("full", OWNER_C, 30.0).acquired
-    assert queue_of(url, "full") == [OWNER_C]
+    assert queue_of(url, "full") == [OWNER_C[:8]]
     first.close(acquired=False)  # passes the lock on to the late caller
     info = backend.info("full")
     assert info is not None and info.owner_hint == OWNER_C[:8]
@@ -805,13 +806,13 @@ def test_a_full_queue_makes_late_callers_poll(
 
 def test_a_long_queue_leaves_a_small_file(backend: FileBackend, url: str) -> None:
     assert backend.try_acquire("long", OWNER_A, 30.0).acquired
-    owners = [f"{n:032x}" for n in range(60)]
+    owners = [f"{n:08x}" + "0" * 24 for n in range(60)]
     waiters = []
     for owner in owners:
         waiters.append(backend.waiter("long", owner, False))
         assert not backend.try_acquire("long", owner, 30.0).acquired
     path = Path(backend.directory, file_name("long"))
-    assert queue_of(url, "long") == owners
+    assert queue_of(url, "long") == [owner[:8] for owner in owners]
     assert path.stat().st_size > 4096
     for waiter in waiters:
         waiter.close(acquired=False)

@@ -83,3 +83,35 @@ def test_this_hosts_own_records_are_not_foreign(backend: FileBackend) -> None:
     plant(backend, "container", backend._store.boot, b"container-1")
     assert not backend.try_acquire("container", OWNER_B, 30.0).acquired
     assert [lease.key for lease in backend.list("")] == ["container", "rebooted"]
+
+
+def test_records_keep_a_digest_of_the_owner_token_not_the_token(
+    backend: FileBackend, url: str
+) -> None:
+    owner = "f3" * 16
+    odd = "celery-task:\u00e9 id"
+    assert backend.try_acquire("secret", owner, 30.0).acquired
+    assert backend.try_acquire("odd", odd, 30.0).acquired
+    waiter = backend.waiter("secret", OWNER_B, False)
+    assert not backend.try_acquire("secret", OWNER_B, 30.0).acquired  # queued: in the record
+    try:
+        raw = b"".join(p.read_bytes() for p in Path(backend.directory).iterdir())
+        for token in (owner, OWNER_B, odd):
+            assert token.encode() not in raw
+            assert token.encode().hex().encode() not in raw
+        # What a reader of the record sees does not let it act as the owner.
+        first_line = Path(backend.directory, file_name("secret")).read_bytes().split(b"\n")[0]
+        stored = first_line.split(b" ")[2].decode()
+        other = create_backend(url)
+        assert other.release("secret", stored) is False
+        assert other.extend("secret", stored, 30.0) is False
+        other.close()
+        info = backend.info("secret")
+        assert info is not None and owner.startswith(info.owner_hint)
+        odd_info = backend.info("odd")
+        assert odd_info is not None and odd.startswith(odd_info.owner_hint)
+        assert backend.extend("secret", owner, 30.0)
+    finally:
+        waiter.close(False)
+    assert backend.release("secret", owner) is True
+    assert backend.release("odd", odd) is True

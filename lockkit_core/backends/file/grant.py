@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..base import Grant, Lease
 from .queue import join, pop_live
-from .record import FREE, Entry, Record, owner_bytes, owner_str, without
+from .record import FREE, Entry, Record, owner_hint, owner_id, owns, without
 from .store import RecordStore, Slot
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ def lease(rec: Record, key: str, now: float) -> Lease:
     assert rec.owner is not None
     return Lease(
         key,
-        owner_str(rec.owner)[:8],
+        owner_hint(rec.owner),
         rec.fence,
         rec.expires - now,
         f"{rec.host.decode('utf-8', 'replace')} pid {abs(rec.pid)}"
@@ -75,14 +75,14 @@ class Grants:
         live waiter queued before the caller; a blocking caller (``waiter``) joins the queue."""
         rec = self.store.read(slot)
         now = time.monotonic()
-        mine = owner_bytes(owner)
+        mine = owner_id(owner)
         if rec is None:
             fence = self.store.first_fence()
             self.store.write(slot, fence, mine, now + ttl, ttl, b"", self.store.me)
             if waiter is not None:
                 waiter.granted = True
             return Grant(True, fence), None
-        if rec.owner == mine and self.store.current(rec, now):
+        if owns(rec.owner, owner) and self.store.current(rec, now):
             # A retried request, or a lock handed to this waiter: renew, keep the token.
             queue = without(rec.queue, mine) if rec.queue else b""
             self.store.write(slot, rec.fence, mine, now + ttl, ttl, queue, self.store.me)
@@ -100,7 +100,7 @@ class Grants:
             join(self.store, rec, mine, ttl, now, waiter)
         head = pop_live(self.store, rec, now) if rec.queue else None
         fence = rec.fence + 1
-        if head is None or head.owner == mine:
+        if head is None or owns(head.owner, owner):
             self.store.write(slot, fence, mine, now + ttl, ttl, rec.queue, self.store.me)
             if waiter is not None:
                 waiter.granted = True
@@ -112,7 +112,7 @@ class Grants:
         """Free the key if ``owner`` holds it, handing it to the oldest live waiter if any; True
         if the lease had not run out."""
         rec = self.store.read(slot)
-        if rec is None or rec.owner != owner_bytes(owner):
+        if rec is None or not owns(rec.owner, owner):
             return False, None
         now = time.monotonic()
         if not rec.queue:
@@ -125,9 +125,9 @@ class Grants:
         rec = self.store.read(slot)
         if rec is None:
             return None
-        mine = owner_bytes(owner)
+        mine = owner_id(owner)
         queue = without(rec.queue, mine)
-        if rec.owner == mine:
+        if owns(rec.owner, owner):
             rec.queue = queue
             return self._hand_on(slot, rec, time.monotonic())
         if len(queue) != len(rec.queue):
@@ -140,7 +140,7 @@ class Grants:
         """Reset the lease to ``ttl`` if ``owner`` holds it; a lease that ran out stays lost."""
         rec = self.store.read(slot)
         now = time.monotonic()
-        if rec is None or rec.owner != owner_bytes(owner) or not self.store.current(rec, now):
+        if rec is None or not owns(rec.owner, owner) or not self.store.current(rec, now):
             return False
         self.store.write(slot, rec.fence, rec.owner, now + ttl, ttl, rec.queue, self.store.me)
         return True
@@ -182,7 +182,7 @@ class Grants:
         if ``owner`` does not hold the key (a free key is never taken)."""
         rec = self.store.read(slot)
         now = time.monotonic()
-        if rec is None or rec.owner != owner_bytes(owner) or not self.store.current(rec, now):
+        if rec is None or not owns(rec.owner, owner) or not self.store.current(rec, now):
             return Grant(False)
         self.store.write(slot, rec.fence, rec.owner, now + ttl, ttl, rec.queue, self.store.me)
         return Grant(True, rec.fence)

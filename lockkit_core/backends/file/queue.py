@@ -21,7 +21,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..base import Grant, SleepWaiter, Waiter
-from .record import FREE, Entry, Record, find, owner_bytes, prune
+from .record import FREE, Entry, Record, find, owner_id, owns, prune
 from .store import RecordStore
 from .wakeups import Bell
 
@@ -160,7 +160,7 @@ class FileWaiter(Waiter):
 
     def _handed(self, fence: int) -> Grant:
         # As if written by our own attempt: a normal exit marks the record detached.
-        self._backend._store.written[self.key] = owner_bytes(self.owner)
+        self._backend._store.written[self.key] = owner_id(self.owner)
         return Grant(True, fence, since=self.queued_at)
 
     def _look(self) -> tuple[bool, Grant | None]:
@@ -172,7 +172,7 @@ class FileWaiter(Waiter):
         if rec is None:
             return True, None  # no file (removed by a temp cleaner): the attempt makes one
         now = time.monotonic()
-        if rec.owner == owner_bytes(self.owner) and store.current(rec, now):
+        if owns(rec.owner, self.owner) and store.current(rec, now):
             return True, self._handed(rec.fence)
         return not store.held(rec, now), None
 

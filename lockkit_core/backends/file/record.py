@@ -3,15 +3,19 @@
 A record is ``MAGIC fence owner expires ttl pid pidns boot host keylen queuelen``, ``\\n``, the
 key, ``\\n``, then ``queuelen`` bytes of queue entries (:class:`Entry`), oldest first. The
 lengths make it self-delimiting: a shorter record is padded with spaces to the file's size
-rather than truncating the file. Everything here is pure: bytes in, values out.
+rather than truncating the file. ``owner`` (here and in queue entries) is :func:`owner_id`:
+a hint and a digest of the owner token, never the token. Everything here is pure: bytes in,
+values out.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 from hashlib import sha256
+from typing import TypeGuard
 
 from ...errors import BackendUnavailable
 
@@ -37,8 +41,30 @@ def file_name(key: str) -> str:
     return f"h-{sha256(key.encode('utf-8', 'surrogatepass')).hexdigest()[:40]}.lock"
 
 
+@functools.lru_cache(maxsize=1024)
+def owner_id(owner: str) -> bytes:
+    """What a record keeps of the owner token ``owner``: its first 8 characters (the hint
+    shown by ``list``/``info``) and 128 bits of its SHA-256, never the token itself, so
+    that reading a record (or a queue entry) does not let anyone release or extend."""
+    digest = sha256(owner.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return owner_bytes(owner[:8]) + b"." + digest.encode("ascii")
+
+
+def owns(stored: bytes | None, owner: str) -> TypeGuard[bytes]:
+    """``stored`` (a record's owner field) names ``owner``: its :func:`owner_id`, or the
+    token itself as records written before digests kept it (their ids have no ``.``)."""
+    if stored is None:
+        return False
+    return stored == owner_id(owner) or (b"." not in stored and stored == owner_bytes(owner))
+
+
+def owner_hint(stored: bytes) -> str:
+    """The hint kept in :func:`owner_id`: the owner token's first characters."""
+    return owner_str(stored.partition(b".")[0])
+
+
 def owner_bytes(owner: str) -> bytes:
-    """``owner`` as it is stored: itself when alphanumeric ASCII, else ``%`` and hex."""
+    """``owner`` as space-free ASCII: itself when alphanumeric ASCII, else ``%`` and hex."""
     if owner.isascii() and owner.isalnum():
         return owner.encode("ascii")
     # Anything else would break the space-separated record, so it is stored as hex.
