@@ -119,7 +119,7 @@ def test_ten_thousand_keys_locked_and_unlocked_leave_no_files(url: str) -> None:
 def test_free_records_are_removed_while_the_process_goes_on(
     backend: FileBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lockkit_core.backends.file import grant as module
+    from lockkit_core.backends.file import store as module
 
     monkeypatch.setattr(module, "IDLE_SECONDS", 0.2)
     for i in range(300):
@@ -137,7 +137,7 @@ def test_free_records_are_removed_while_the_process_goes_on(
 def test_free_records_beyond_a_bound_are_removed_at_once(
     backend: FileBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lockkit_core.backends.file import grant as module
+    from lockkit_core.backends.file import store as module
 
     monkeypatch.setattr(module, "IDLE_MAX", 50)
     for i in range(300):
@@ -165,7 +165,7 @@ def test_a_record_with_waiters_or_a_holder_is_never_removed(backend: FileBackend
 CHURNER = r"""
 import os, sys
 from lockkit_core import LockKit
-from lockkit_core.backends.file import grant as module
+from lockkit_core.backends.file import store as module
 module.IDLE_SECONDS = 0.0
 url, where, rounds, keys = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 kit = LockKit(url, auto_renew=False)

@@ -4,14 +4,19 @@ The parts, each in a module named for it:
 
 - :mod:`.record`: the record format (one file per key: owner, lease, fence, queue), pure.
 - :mod:`.store`: the directory, the open key files and their flock critical sections.
+- :mod:`.flock`: ``flock`` that gives up behind a process stopped in its critical section.
+- :mod:`.liveness`: who wrote a record, and whether its lease and process are still there.
+- :mod:`.fence`: the directory-wide fence counter that outlives removed records.
 - :mod:`.grant`: what acquire, release, extend and hand-over do to a record.
 - :mod:`.queue`: the FIFO wait queue in the record and the waiter that sits in it.
 - :mod:`.wakeups`: datagram sockets that tell a waiter it was handed the lock.
 - :mod:`.backend`: :class:`FileBackend`, which glues them together.
 
 Fencing tokens grow by one per grant of a key. A key's record is removed once it has been
-free, with nobody queued, for about a second (at the next call of the process that freed it,
-or when it closes its backend or exits), so a free key costs no file. Before removing a
+free, with nobody queued, for ten seconds (at the next call of the process that freed it, or
+when it closes or drops its backend or exits; sooner beyond 4096 such records per process),
+so a free key costs no file. A record whose lease lapsed without a release stays until the
+key is used again. Before removing a
 record, lockkit raises the directory's fence counter (``fence.counter``) to its fence; a key
 with no record starts above that counter and at or above the wall clock in microseconds. So a
 key's tokens stay above all its earlier ones when lockkit removes its record, and when

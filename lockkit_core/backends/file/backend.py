@@ -87,7 +87,10 @@ class FileBackend(Backend):
         no live waiter queued before the caller."""
         waiter = self._queued.get((key, owner)) if self._queued else None
         if waiter is None:
-            done = self._locked(key, True, self._grants.try_acquire, owner, ttl, None)
+            store = self._store
+            if os.getpid() != store.pid:
+                self.after_fork_in_child()
+            done = store.locked(key, True, self._grants.try_acquire, owner, ttl, None)
             assert done is not None
             got, handed = done
         else:
@@ -100,7 +103,6 @@ class FileBackend(Backend):
                 waiter.queued_at = sent
         if handed is not None:
             self._bells.ring(handed)
-        self._sweep_idle()
         return got
 
     def release(self, key: str, owner: str) -> bool:
@@ -110,12 +112,16 @@ class FileBackend(Backend):
         A holder process that is gone does not matter here: while its token is still in the
         record nobody else took the key, so another process may release it with that token.
         """
-        done = self._locked(key, False, self._grants.release, owner)
+        store = self._store
+        if os.getpid() != store.pid:
+            self.after_fork_in_child()
+        done = store.locked(key, False, self._grants.release, owner)
         if done is None:
             return False
         if done[1] is not None:
             self._bells.ring(done[1])
-        self._sweep_idle()
+        if store.sweep_at <= time.monotonic():
+            self._sweep_idle()
         return done[0]
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
@@ -139,8 +145,9 @@ class FileBackend(Backend):
         return time.monotonic() - self.waited_at < QUEUE_FIRST
 
     def _sweep_idle(self, everything: bool = False) -> None:
-        if self._store.idle:
-            if os.getpid() != self._store.pid:
+        store = self._store
+        if everything or (store.idle and store.sweep_at <= time.monotonic()):
+            if os.getpid() != store.pid:
                 self.after_fork_in_child()
             self._grants.sweep(everything)
 
@@ -216,12 +223,14 @@ class FileBackend(Backend):
 
 
 def _drop(store: RecordStore, grants: Grants, bells: Bells) -> None:
-    if os.getpid() == store.pid:
+    if os.getpid() != store.pid:
+        store.after_fork_in_child()  # closes the inherited files without their mutexes
+    else:
         with contextlib.suppress(LockKitError):
             grants.sweep(everything=True)
         if store.written:
             _orphans.append((store, grants))  # its held records are still detached at exit
-    store.close()
+        store.close()
     bells.close()
 
 
@@ -237,7 +246,6 @@ def _detach(store: RecordStore, grants: Grants) -> None:
     for key, owner in list(store.written.items()):
         with contextlib.suppress(LockKitError):
             store.locked(key, False, grants.detach, owner)
-    store.close()
 
 
 _backends: weakref.WeakSet[FileBackend] = weakref.WeakSet()

@@ -10,10 +10,12 @@ whose process is gone frees its keys at once.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import TYPE_CHECKING
 
 from ..base import Grant, Lease
+from . import store as store_module
 from .queue import join, pop_live
 from .record import FREE, Entry, Record, owner_hint, owner_id, owns, without
 from .store import RecordStore, Slot
@@ -35,11 +37,6 @@ def lease(rec: Record, key: str, now: float) -> Lease:
     )
 
 
-#: a record left free this long (with nobody queued) is removed at this process's next call;
-#: a key used again sooner keeps its file, which spares it a file creation (tens of us)
-IDLE_SECONDS = 10.0
-#: free records a process leaves before it removes the oldest, however recent
-IDLE_MAX = 4096
 #: records removed by one call, so that no caller pays for many
 SWEEP_BATCH = 256
 
@@ -73,35 +70,36 @@ class Grants:
     ) -> tuple[Grant, Entry | None]:
         """Take the key if it is free, its lease ran out, or its holder process is gone, and no
         live waiter queued before the caller; a blocking caller (``waiter``) joins the queue."""
-        rec = self.store.read(slot)
+        store = self.store
+        rec = store.read(slot)
         now = time.monotonic()
         mine = owner_id(owner)
         if rec is None:
-            fence = self.store.first_fence()
-            self.store.write(slot, fence, mine, now + ttl, ttl, b"", self.store.me)
+            fence = store.fences.first()
+            store.write(slot, fence, mine, now + ttl, ttl, b"", store.me)
             if waiter is not None:
                 waiter.granted = True
             return Grant(True, fence), None
-        if owns(rec.owner, owner) and self.store.current(rec, now):
+        if owns(rec.owner, owner) and store.current(rec, now):
             # A retried request, or a lock handed to this waiter: renew, keep the token.
             queue = without(rec.queue, mine) if rec.queue else b""
-            self.store.write(slot, rec.fence, mine, now + ttl, ttl, queue, self.store.me)
+            store.write(slot, rec.fence, mine, now + ttl, ttl, queue, store.me)
             return Grant(True, rec.fence), None
-        if self.store.held(rec, now):
+        if store.held(rec, now):
             if waiter is not None:
-                join(self.store, rec, mine, ttl, now, waiter)
-                self.store.write(
+                join(store, rec, mine, ttl, now, waiter)
+                store.write(
                     slot, rec.fence, rec.owner or FREE, rec.expires, rec.ttl, rec.queue, rec.tail()
                 )
             return Grant(False, retry_after=rec.expires - now), None
         # Free, lapsed, or its holder is gone. Waiters come first, in order; a blocking caller
         # keeps its place or joins at the tail, a non-blocking one only hands the key on.
         if waiter is not None and rec.queue:
-            join(self.store, rec, mine, ttl, now, waiter)
-        head = pop_live(self.store, rec, now) if rec.queue else None
+            join(store, rec, mine, ttl, now, waiter)
+        head = pop_live(store, rec, now) if rec.queue else None
         fence = rec.fence + 1
         if head is None or owns(head.owner, owner):
-            self.store.write(slot, fence, mine, now + ttl, ttl, rec.queue, self.store.me)
+            store.write(slot, fence, mine, now + ttl, ttl, rec.queue, store.me)
             if waiter is not None:
                 waiter.granted = True
             return Grant(True, fence), None
@@ -111,14 +109,15 @@ class Grants:
     def release(self, slot: Slot, owner: str) -> tuple[bool, Entry | None]:
         """Free the key if ``owner`` holds it, handing it to the oldest live waiter if any; True
         if the lease had not run out."""
-        rec = self.store.read(slot)
+        store = self.store
+        rec = store.read(slot)
         if rec is None or not owns(rec.owner, owner):
             return False, None
         now = time.monotonic()
         if not rec.queue:
-            self.store.write(slot, rec.fence, FREE, 0.0, 0.0, b"", self.store.me)
-            return self.store.current(rec, now), None
-        return self.store.current(rec, now), self._hand_on(slot, rec, now)
+            store.write(slot, rec.fence, FREE, 0.0, 0.0, b"", store.me)
+            return store.current(rec, now), None
+        return store.current(rec, now), self._hand_on(slot, rec, now)
 
     def leave_queue(self, slot: Slot, owner: str) -> Entry | None:
         """Drop ``owner``'s entry; pass the key on if it was handed to ``owner`` meanwhile."""
@@ -146,13 +145,13 @@ class Grants:
         return True
 
     def sweep(self, everything: bool = False) -> None:
-        """Remove the records this process left free at least :data:`IDLE_SECONDS` ago, and
-        the oldest beyond :data:`IDLE_MAX`, at most :data:`SWEEP_BATCH` of them; all of them
-        if ``everything``."""
+        """Remove the records this process left free at least ``IDLE_SECONDS`` ago, and the
+        oldest beyond ``IDLE_MAX`` (see :mod:`.store`), at most :data:`SWEEP_BATCH` of them;
+        all of them if ``everything``."""
         idle = self.store.idle
         while idle:
-            cutoff = time.monotonic() - (0.0 if everything else IDLE_SECONDS)
-            excess = len(idle) - IDLE_MAX
+            cutoff = time.monotonic() - (0.0 if everything else store_module.IDLE_SECONDS)
+            excess = len(idle) - store_module.IDLE_MAX
             batch: list[str] = []
             try:
                 for key, at in idle.items():
@@ -162,12 +161,23 @@ class Grants:
             except RuntimeError:
                 return  # another thread changed it meanwhile: a later call sweeps
             if not batch:
+                if not everything:
+                    self._plan_sweep(full=False)
                 return
             for key in batch:
                 idle.pop(key, None)
                 self.store.locked(key, False, self.remove_if_free)
             if not everything:
+                self._plan_sweep(full=len(batch) == SWEEP_BATCH)
                 return
+
+    def _plan_sweep(self, full: bool) -> None:
+        store = self.store
+        store.sweep_at = 0.0  # at once if the batch was full, or on a surprise
+        if not full and len(store.idle) <= store_module.IDLE_MAX:
+            with contextlib.suppress(RuntimeError, StopIteration):
+                oldest = next(iter(store.idle.values())) if store.idle else time.monotonic()
+                store.sweep_at = oldest + store_module.IDLE_SECONDS
 
     def remove_if_free(self, slot: Slot) -> bool:
         """Delete the record if it is free and nobody queues: a free key costs nothing."""
