@@ -165,12 +165,16 @@ def test_a_record_with_waiters_or_a_holder_is_never_removed(backend: FileBackend
 CHURNER = r"""
 import os, sys
 from lockkit_core import LockKit
+from lockkit_core.backends.file import file_name
 from lockkit_core.backends.file import store as module
+from lockkit_core.keys import namespaced
 module.IDLE_SECONDS = 0.0
 url, where, rounds, keys = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 kit = LockKit(url, auto_renew=False)
+directory = url[len("file://"):]
 tokens = []
 overlaps = 0
+removed = 0
 print("ready", flush=True)
 sys.stdin.readline()
 for i in range(rounds):
@@ -197,7 +201,8 @@ for i in range(rounds):
             os.unlink(os.path.join(where, key + ".in"))
     finally:
         lock.release()
-print(overlaps, len(tokens), " ".join(tokens), flush=True)
+    removed += not os.path.exists(os.path.join(directory, file_name(namespaced(kit.namespace, key))))
+print(overlaps, removed, len(tokens), " ".join(tokens), flush=True)
 """
 
 
@@ -237,12 +242,13 @@ def test_exclusion_holds_while_free_records_are_removed_and_recreated(
                 proc.kill()
                 proc.wait()
     assert all(int(r[0]) == 0 for r in results), "two processes inside one key at once"
-    held = sum(int(r[1]) for r in results)
+    assert sum(int(r[1]) for r in results) > rounds, "records were removed and recreated"
+    held = sum(int(r[2]) for r in results)
     total = sum(int((where / f"churn-{k}").read_text()) for k in range(keys))
     assert total == held and held >= procs_n * rounds * 2 // 3
     per_key: dict[str, list[int]] = {}
     for r in results:
-        for item in r[2:]:
+        for item in r[3:]:
             key, token = item.split("=")
             per_key.setdefault(key, []).append(int(token))
     for key, tokens in per_key.items():
