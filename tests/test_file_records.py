@@ -201,7 +201,8 @@ for i in range(rounds):
             os.unlink(os.path.join(where, key + ".in"))
     finally:
         lock.release()
-    removed += not os.path.exists(os.path.join(directory, file_name(namespaced(kit.namespace, key))))
+    stored = namespaced(kit.namespace, key)
+    removed += not os.path.exists(os.path.join(directory, file_name(stored)))
 print(overlaps, removed, len(tokens), " ".join(tokens), flush=True)
 """
 
