@@ -141,3 +141,61 @@ def test_a_waiter_closed_normally_leaves_the_queue(backend: FileBackend, url: st
         assert other.info("k") is None, "the key went to a waiter that had left"
     finally:
         other.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="wake-up sockets are Linux's")
+def test_a_hand_over_to_a_waiter_that_could_not_leave_is_passed_on(
+    backend: FileBackend, url: str
+) -> None:
+    holder, third = create_backend(url), create_backend(url)
+    try:
+        assert holder.try_acquire("k", OWNER_A, 30.0).acquired
+        left = backend.waiter("k", OWNER_B, False)
+        assert not backend.try_acquire("k", OWNER_B, 30.0).acquired  # queued first
+        path = os.path.join(backend.directory, file_name("k"))
+        stopped = subprocess.Popen(
+            [sys.executable, "-c", FLOCKER, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        try:
+            assert stopped.stdout is not None and stopped.stdout.readline().strip() == b"locked"
+            left.close(False, reachable=False)  # could not leave the queue
+        finally:
+            stopped.kill()
+            stopped.wait()
+        waiting = third.waiter("k", "c" * 32, False)
+        assert not third.try_acquire("k", "c" * 32, 30.0).acquired  # queued second
+        assert holder.release("k", OWNER_A)
+        began = time.monotonic()
+        grant = waiting.wait(10.0)
+        assert grant is not None and grant.acquired
+        assert time.monotonic() - began < 2.0, "the key sat with a waiter that had left"
+        waiting.close(True)
+        info = holder.info("k")
+        assert info is not None and info.owner_hint == "c" * 8
+    finally:
+        holder.close()
+        third.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="wake-up sockets are Linux's")
+def test_a_hand_over_seen_in_the_record_is_never_passed_on(backend: FileBackend, url: str) -> None:
+    # The race: the releaser is slow to send its datagram; meanwhile the waiter reads the
+    # record, takes the lock and closes its socket; the datagram is then refused.
+    holder = create_backend(url)
+    assert isinstance(holder, FileBackend)
+    try:
+        assert holder.try_acquire("k", OWNER_A, 30.0).acquired
+        waiting = backend.waiter("k", OWNER_B, False)
+        assert not backend.try_acquire("k", OWNER_B, 30.0).acquired
+        done = holder._store.locked("k", False, holder._grants.release, OWNER_A)
+        assert done is not None and done[0] and done[1] is not None  # handed, not yet told
+        grant = waiting.wait(5.0)
+        assert grant is not None and grant.acquired
+        waiting.close(True)
+        backend._bells.close()  # its socket is gone
+        holder._wake("k", done[1])  # the late datagram is refused
+        info = holder.info("k")
+        assert info is not None and info.owner_hint == OWNER_B[:8], "taken from its holder"
+        assert backend.release("k", OWNER_B) is True
+    finally:
+        holder.close()

@@ -17,7 +17,7 @@ from ...url import LockURL
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter
 from .grant import Grants, lease
 from .queue import FileWaiter
-from .record import NotARecord
+from .record import Entry, NotARecord
 from .store import RecordStore, Slot, default_directory, peek
 from .wakeups import Bells
 
@@ -102,7 +102,7 @@ class FileBackend(Backend):
             if waiter.queued and waiter.queued_at is None:
                 waiter.queued_at = sent
         if handed is not None:
-            self._bells.ring(handed)
+            self._wake(key, handed)
         return got
 
     def release(self, key: str, owner: str) -> bool:
@@ -119,7 +119,7 @@ class FileBackend(Backend):
         if done is None:
             return False
         if done[1] is not None:
-            self._bells.ring(done[1])
+            self._wake(key, done[1])
         if store.sweep_at <= time.monotonic():
             self._sweep_idle()
         return done[0]
@@ -144,6 +144,18 @@ class FileBackend(Backend):
         costs an uncontended one a few microseconds."""
         return time.monotonic() - self.waited_at < QUEUE_FIRST
 
+    def _wake(self, key: str, entry: Entry | None) -> None:
+        """Tell the waiter of ``entry`` it was handed ``key``; if its socket is gone (it left
+        without leaving the queue) and it is of this host and pid namespace, pass the key on."""
+        store = self._store
+        while (
+            entry is not None
+            and self._bells.ring(entry)
+            and entry.pidns == store.pidns
+            and entry.host == store.host
+        ):
+            entry = self._locked(key, False, self._grants.pass_on, entry)
+
     def _sweep_idle(self, everything: bool = False) -> None:
         store = self._store
         if everything or (store.idle and store.sweep_at <= time.monotonic()):
@@ -153,12 +165,12 @@ class FileBackend(Backend):
 
     def _withdraw(self, key: str, owner: str, patient: bool = True) -> None:
         if patient:
-            self._bells.ring(self._locked(key, False, self._grants.leave_queue, owner))
+            self._wake(key, self._locked(key, False, self._grants.leave_queue, owner))
             return
         # After a failure: one try that waits for nobody; else the entry lapses by itself.
         with contextlib.suppress(LockKitError):
             if os.getpid() == self._store.pid:
-                self._bells.ring(self._store.locked_now(key, self._grants.leave_queue, owner))
+                self._wake(key, self._store.locked_now(key, self._grants.leave_queue, owner))
 
     def list(self, prefix: str) -> list[Lease]:
         """Held locks whose key starts with ``prefix``, sorted by key."""
@@ -199,7 +211,7 @@ class FileBackend(Backend):
         done = self._locked(key, False, self._grants.force_release)
         if done is None:
             return False
-        self._bells.ring(done[1])
+        self._wake(key, done[1])
         return done[0]
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -52,7 +52,10 @@ class Grants:
         """Make the waiter of ``head`` (popped from ``rec.queue``) the holder, new fence."""
         tail = b"%d %d %s %s" % (head.pid, head.pidns, self.store.boot, head.host)
         head.handed = rec.fence + 1
-        self.store.write(slot, head.handed, head.owner, now + head.ttl, head.ttl, rec.queue, tail)
+        head.handed_until = now + head.ttl
+        self.store.write(
+            slot, head.handed, head.owner, head.handed_until, head.ttl, rec.queue, tail
+        )
         self.store.written.pop(slot.key, None)
 
     def _hand_on(self, slot: Slot, rec: Record, now: float) -> Entry | None:
@@ -64,6 +67,34 @@ class Grants:
             return None
         self._hand_to(slot, rec, head, now)
         return head
+
+    def pass_on(self, slot: Slot, entry: Entry) -> Entry | None:
+        """Hand the key on if the hand-over to ``entry`` (whose waiter's socket is closed) is
+        untouched: a waiter that takes a hand-over it was not told of rewrites the record
+        first (:meth:`claim`), so one that left without leaving the queue is all this skips."""
+        rec = self.store.read(slot)
+        if (
+            rec is None
+            or rec.owner != entry.owner
+            or rec.fence != entry.handed
+            or rec.expires != entry.handed_until
+        ):
+            return None
+        return self._hand_on(slot, rec, time.monotonic())
+
+    def claim(self, slot: Slot, owner: str, fence: int) -> bool:
+        """Take the hand-over of ``fence`` to ``owner``, seen in the record rather than told:
+        rewrite its expiry, so that it is never passed on (see :meth:`pass_on`)."""
+        store = self.store
+        rec = store.read(slot)
+        now = time.monotonic()
+        if rec is None or not owns(rec.owner, owner) or rec.fence != fence:
+            return False
+        if not store.current(rec, now):
+            return False
+        expires = max(now + rec.ttl, rec.expires + 1e-6)
+        store.write(slot, rec.fence, rec.owner, expires, rec.ttl, rec.queue, store.me)
+        return True
 
     def try_acquire(
         self, slot: Slot, owner: str, ttl: float, waiter: FileWaiter | None

@@ -173,7 +173,9 @@ class FileWaiter(Waiter):
             return True, None  # no file (removed by a temp cleaner): the attempt makes one
         now = time.monotonic()
         if owns(rec.owner, self.owner) and store.current(rec, now):
-            return True, self._handed(rec.fence)
+            if backend._locked(self.key, False, backend._grants.claim, self.owner, rec.fence):
+                return True, self._handed(rec.fence)
+            return True, None  # lapsed meanwhile: an attempt tells
         return not store.held(rec, now), None
 
     def close(self, acquired: bool, *, reachable: bool = True) -> None:
@@ -184,7 +186,10 @@ class FileWaiter(Waiter):
         if backend._queued.get((self.key, self.owner)) is self:
             del backend._queued[(self.key, self.owner)]
         if self._bell is not None:
-            backend._bells.give_back(self._bell, os.getpid() == backend._store.pid)
+            # Closed unless kept for reuse: a hand-over to an entry we could not remove
+            # (reachable=False) then finds no socket, and the key is passed on at once.
+            keep = reachable and os.getpid() == backend._store.pid
+            backend._bells.give_back(self._bell, keep)
             self._bell = None
         if not acquired and (self.queued_at is not None or self.granted):
             backend._withdraw(self.key, self.owner, patient=reachable)

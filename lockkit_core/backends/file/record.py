@@ -83,11 +83,22 @@ class Entry:
 
     ``expires`` is when the entry lapses unless its waiter attempts again; ``ttl`` the lease
     it gets when handed the lock; ``wake`` the name of its wake-up socket and its ticket (16
-    hex digits each), or ``-``. ``handed`` is the fence it was just handed the lock with.
+    hex digits each), or ``-``. ``handed`` is the fence it was just handed the lock with, and
+    ``handed_until`` the expiry then written.
     Queues are kept as bytes; only the entry at the head is ever parsed.
     """
 
-    __slots__ = ("expires", "handed", "host", "owner", "pid", "pidns", "ttl", "wake")
+    __slots__ = (
+        "expires",
+        "handed",
+        "handed_until",
+        "host",
+        "owner",
+        "pid",
+        "pidns",
+        "ttl",
+        "wake",
+    )
 
     def __init__(self, line: bytes) -> None:
         f = line.split(b" ")
@@ -101,6 +112,7 @@ class Entry:
         self.host = f[5]
         self.wake = f[6]
         self.handed = 0
+        self.handed_until = 0.0
 
 
 def find(queue: bytes, owner: bytes) -> tuple[int, int]:

@@ -68,18 +68,22 @@ class Bells:
         self._sender: socket.socket | None = None
         self._spare: list[Bell] = []
 
-    def ring(self, entry: Entry | None) -> None:
-        """Tell the waiter of ``entry`` that the key was handed to it: ``<ticket> <fence>``."""
-        if entry is None or len(entry.wake) != 32 or not ABSTRACT:
-            return
+    def ring(self, entry: Entry) -> bool:
+        """Tell the waiter of ``entry`` that the key was handed to it: ``<ticket> <fence>``.
+        True if its socket is closed (it left); False if sent, or if nothing is known."""
+        if len(entry.wake) != 32 or not ABSTRACT:
+            return False
         try:
             sender = self._sender
             if sender is None:
                 sender = self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
                 sender.setblocking(False)
             sender.sendto(b"%s %d" % (entry.wake[16:], entry.handed), address(entry.wake[:16]))
+        except ConnectionRefusedError:
+            return True  # no socket by that name (here): its waiter left, or is elsewhere
         except OSError:
-            pass  # gone, another network namespace, or its buffer full: it looks again soon
+            pass  # its buffer is full, or sockets fail here: it looks again soon
+        return False
 
     def take(self) -> Bell | None:
         """A bell for a new waiter; None where there are none (it then looks on its own)."""
