@@ -255,3 +255,38 @@ def test_exclusion_holds_while_free_records_are_removed_and_recreated(
     for key, tokens in per_key.items():
         assert len(tokens) == len(set(tokens)), f"{key}: a token was granted twice"
     assert records(url[len("file://") :]) == []  # every process removed what it freed
+
+
+# Takes the flock of a file and keeps it, as a process stopped inside its critical section
+# would; prints "locked".
+FLOCKER = r"""
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_stuck_idle_record_does_not_hold_up_an_unrelated_release(
+    backend: FileBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lockkit_core.backends.file import store as module
+
+    monkeypatch.setattr(module, "IDLE_SECONDS", 0.3)
+    assert backend.try_acquire("other", OWNER_A, 30.0).acquired
+    cycle(backend, "idle", OWNER_A)  # free: due for removal 0.3 s from now
+    path = os.path.join(backend.directory, file_name("idle"))
+    stuck = subprocess.Popen(
+        [sys.executable, "-c", FLOCKER, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert stuck.stdout is not None and stuck.stdout.readline().strip() == b"locked"
+        time.sleep(0.4)
+        began = time.monotonic()
+        assert backend.release("other", OWNER_A) is True
+        assert time.monotonic() - began < 1.0, "the release waited for the stuck record"
+    finally:
+        stuck.kill()
+        stuck.wait()
+    assert file_name("idle") in records(backend.directory)  # left for a later sweep

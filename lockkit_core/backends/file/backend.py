@@ -170,7 +170,9 @@ class FileBackend(Backend):
         # After a failure: one try that waits for nobody; else the entry lapses by itself.
         with contextlib.suppress(LockKitError):
             if os.getpid() == self._store.pid:
-                self._wake(key, self._store.locked_now(key, self._grants.leave_queue, owner))
+                self._wake(
+                    key, self._store.locked_briefly(key, 0.0, self._grants.leave_queue, owner)
+                )
 
     def list(self, prefix: str) -> list[Lease]:
         """Held locks whose key starts with ``prefix``, sorted by key."""

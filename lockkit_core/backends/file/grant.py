@@ -14,6 +14,7 @@ import contextlib
 import time
 from typing import TYPE_CHECKING
 
+from ...errors import LockKitError
 from ..base import Grant, Lease
 from . import store as store_module
 from .queue import join, pop_live
@@ -39,6 +40,9 @@ def lease(rec: Record, key: str, now: float) -> Lease:
 
 #: records removed by one call, so that no caller pays for many
 SWEEP_BATCH = 256
+#: how long a removal waits for a key's critical section: one stuck there (a stopped
+#: process) must not hold up the unrelated release that swept
+SWEEP_PATIENCE = 0.05
 
 
 class Grants:
@@ -197,7 +201,8 @@ class Grants:
                 return
             for key in batch:
                 idle.pop(key, None)
-                self.store.locked(key, False, self.remove_if_free)
+                with contextlib.suppress(LockKitError):  # that file stays; not the caller's
+                    self.store.locked_briefly(key, SWEEP_PATIENCE, self.remove_if_free)
             if not everything:
                 self._plan_sweep(full=len(batch) == SWEEP_BATCH)
                 return

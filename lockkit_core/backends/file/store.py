@@ -136,9 +136,9 @@ class RecordStore(Liveness):
                 slot = self._open(key, create)
                 if slot is None:
                     return None
-            if patience > 0:
+            if patience >= FLOCK_PATIENCE:
                 slot.mutex.acquire()
-            elif not slot.mutex.acquire(timeout=0.05):
+            elif not slot.mutex.acquire(timeout=max(patience, 0.05)):
                 raise BackendUnavailable(f"{slot.path!r} is busy in another thread")
             try:
                 # fd < 0: evicted while we waited for the mutex; look again.
@@ -195,13 +195,19 @@ class RecordStore(Liveness):
         except OSError as exc:
             raise self.unavailable(exc, os.path.join(self.directory, file_name(key))) from exc
 
-    def locked_now(
-        self, key: str, action: Callable[Concatenate[Slot, P], T], *args: P.args, **kwargs: P.kwargs
+    def locked_briefly(
+        self,
+        key: str,
+        patience: float,
+        action: Callable[Concatenate[Slot, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
     ) -> T | None:
-        """Like :meth:`locked` on an existing file, but :class:`BackendUnavailable` at once if
-        another process is inside the critical section (for callers that must not wait)."""
+        """Like :meth:`locked` on an existing file, but :class:`BackendUnavailable` after
+        ``patience`` seconds (0: at once) if another thread or process is inside the critical
+        section, for callers that must not wait behind one that is stuck."""
         try:
-            slot = self._enter(key, False, 0.0)
+            slot = self._enter(key, False, patience)
             if slot is None:
                 return None
             try:
