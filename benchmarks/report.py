@@ -175,7 +175,7 @@ def check_targets(results: Mapping[str, Mapping[str, Sequence[Row]]]) -> list[Ro
             f"processes ({ratio:.2f}x)",
         )
     elif files:
-        verdict(target, None, "lockkit file:// did not run (is backends/file.py there?)")
+        verdict(target, None, "lockkit file:// did not run (is backends/file/ there?)")
     return verdicts
 
 

@@ -1,14 +1,12 @@
 """The ``file://`` backend with real processes: exclusion, crashed and stopped holders,
-fencing, odd keys, fork safety, the files it leaves behind, and its queue of waiters."""
+fencing, odd keys, fork safety and the files it leaves behind (its queue of waiters is in
+``test_file_queue.py``)."""
 
 from __future__ import annotations
 
-import itertools
 import os
-import select
 import signal
 import stat
-import subprocess
 import sys
 import threading
 import time
@@ -16,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from file_processes import OWNER_A, OWNER_B, ask, read_line, start, stop
 
 from lockkit_core import (
     BackendUnavailable,
@@ -27,16 +26,10 @@ from lockkit_core import (
     LockLost,
     LockNotOwned,
 )
-from lockkit_core.backends import file as file_backend
 from lockkit_core.backends.file import FileBackend, default_directory, file_name
 from lockkit_core.registry import create_backend
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="file:// needs fcntl")
-
-ROOT = Path(__file__).resolve().parents[1]
-OWNER_A = "a" * 32
-OWNER_B = "b" * 32
-OWNER_C = "c" * 32
 
 # A lock holder steered through stdin: prints "acquired <token>", then answers each command
 # ("check", "release", "extend") with ok | lost | notowned.
@@ -87,41 +80,6 @@ for _ in range(rounds):
             os.unlink(marker)
 print(overlaps, " ".join(map(str, tokens)), flush=True)
 """
-
-
-def start(code: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", code, *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-
-
-def read_line(proc: subprocess.Popen[str], timeout: float = 20.0) -> str:
-    assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    assert ready, f"process {proc.pid} said nothing for {timeout} s"
-    line = proc.stdout.readline()
-    assert line, f"process {proc.pid} exited with {proc.wait()}"
-    return line.strip()
-
-
-def ask(proc: subprocess.Popen[str], command: str) -> str:
-    assert proc.stdin is not None
-    proc.stdin.write(command + "\n")
-    proc.stdin.flush()
-    return read_line(proc)
-
-
-def stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait(10)
-    for stream in (proc.stdin, proc.stdout):
-        if stream is not None:
-            stream.close()
 
 
 def fence(lock: Lock) -> int:
@@ -226,18 +184,20 @@ def test_fences_strictly_increase_across_release_force_release_and_processes(
     with kit.lock("fenced") as held:
         tokens.append(fence(held))
     assert tokens == sorted(set(tokens)), tokens
-    assert tokens[0] == 1
+    # A new key's first token is at least the wall clock in microseconds (see record removal).
+    assert tokens[0] >= 1_700_000_000 * 10**6
 
 
 def test_release_and_extend_are_compare_and_act(backend: FileBackend) -> None:
     assert backend.release("k", OWNER_A) is False  # no file yet
     assert backend.extend("k", OWNER_A, 1.0) is False
     grant = backend.try_acquire("k", OWNER_A, 5.0)
-    assert grant.acquired and grant.token == 1
+    assert grant.acquired and grant.token is not None
+    first = grant.token
     busy = backend.try_acquire("k", OWNER_B, 5.0)
     assert not busy.acquired and busy.retry_after is not None and 4.0 < busy.retry_after <= 5.0
     again = backend.try_acquire("k", OWNER_A, 5.0)  # a retried request renews, same token
-    assert again.acquired and again.token == 1
+    assert again.acquired and again.token == first
     assert backend.release("k", OWNER_B) is False
     assert backend.extend("k", OWNER_B, 5.0) is False
     assert backend.extend("k", OWNER_A, 0.05) is True
@@ -247,7 +207,7 @@ def test_release_and_extend_are_compare_and_act(backend: FileBackend) -> None:
     assert backend.info("k") is None
     assert backend.release("k", OWNER_A) is False
     taken = backend.try_acquire("k", OWNER_B, 5.0)
-    assert taken.acquired and taken.token == 2
+    assert taken.acquired and taken.token == first + 1
     assert backend.release("k", OWNER_B) is True
     assert backend.release("k", OWNER_B) is False
 
@@ -267,7 +227,7 @@ def test_odd_keys_work_and_are_listed_as_given(kit: LockKit, url: str) -> None:
         assert lock.acquire(blocking=False)
     listed = kit.admin.list()
     assert [i.key for i in listed] == sorted(keys)
-    assert {i.token for i in listed} == {1}
+    assert all(i.token is not None and i.token >= 1_700_000_000 * 10**6 for i in listed)
     other = LockKit(url, auto_renew=False)
     for key in keys:
         assert other.lock(key).acquire(blocking=False) is False
@@ -282,12 +242,13 @@ def test_odd_keys_work_and_are_listed_as_given(kit: LockKit, url: str) -> None:
 
 
 def test_a_record_from_another_boot_is_free(backend: FileBackend) -> None:
-    assert backend.try_acquire("rebooted", OWNER_A, 300.0).acquired
+    first = backend.try_acquire("rebooted", OWNER_A, 300.0).token
+    assert first is not None
     path = Path(backend.directory, file_name("rebooted"))
-    boot = backend._boot.decode()
+    boot = backend._store.boot.decode()
     path.write_text(path.read_text().replace(boot, "00000000-0000-0000-0000-000000000000"))
     grant = backend.try_acquire("rebooted", OWNER_B, 5.0)
-    assert grant.acquired and grant.token == 2
+    assert grant.acquired and grant.token == first + 1
 
 
 def test_a_corrupt_file_is_reported_not_reset(backend: FileBackend) -> None:
@@ -313,9 +274,9 @@ def test_open_descriptors_stay_bounded(backend: FileBackend) -> None:
     for i in range(700):
         assert backend.try_acquire(f"many-{i}", OWNER_A, 30.0).acquired
         assert backend.release(f"many-{i}", OWNER_A)
-    assert len(backend._slots) <= 512
+    assert len(backend._store.slots) <= 512
     if before is not None:
-        assert len(os.listdir("/proc/self/fd")) <= before + 512
+        assert len(os.listdir("/proc/self/fd")) <= before + 512 + 1  # and the fence counter
 
 
 # -- processes and threads -------------------------------------------------------------------
@@ -339,7 +300,8 @@ def test_exclusion_across_eight_processes(url: str, tmp_path: Path) -> None:
     assert counter.read_text() == "1600"
     assert [r[0] for r in reports] == ["0"] * 8, "two processes were inside at once"
     tokens = [int(t) for r in reports for t in r[1:]]
-    assert sorted(tokens) == list(range(1, 1601)), "each grant has its own fence"
+    first = min(tokens)
+    assert sorted(tokens) == list(range(first, first + 1600)), "each grant has its own fence"
 
 
 def test_exclusion_across_threads_of_one_process(url: str, tmp_path: Path) -> None:
@@ -500,337 +462,3 @@ def test_forked_children_do_not_share_the_parents_flocks(kit: LockKit, tmp_path:
     assert codes == [0] * 4, "2: a child was inside with another process"
     assert overlaps == 0
     assert counter.read_text() == "1000"
-
-
-# -- the queue of waiters --------------------------------------------------------------------
-
-# Takes the lock for SECONDS in a loop, holding it HOLD seconds each time; checks exclusion like
-# INCREMENTER. Prints "ready", waits for a line, then prints the overlaps and one
-# "asked:got:token" per section.
-CONTENDER = r"""
-import os, sys, time
-from lockkit_core import LockKit
-url, counter, marker = sys.argv[1], sys.argv[2], sys.argv[3]
-seconds, hold = float(sys.argv[4]), float(sys.argv[5])
-lock = LockKit(url, auto_renew=False).lock("fair", timeout=10)
-with lock:
-    pass
-print("ready", flush=True)
-sys.stdin.readline()
-stop = time.monotonic() + seconds
-overlaps = 0
-sections = []
-while True:
-    asked = time.monotonic()
-    if asked >= stop:
-        break
-    with lock:
-        got = time.monotonic()
-        try:
-            inside = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            overlaps += 1
-            inside = -1
-        with open(counter, "r+") as f:
-            value = int(f.read())
-            f.seek(0)
-            f.write(str(value + 1))
-            f.truncate()
-        while time.monotonic() < got + hold:
-            pass
-        if inside >= 0:
-            os.close(inside)
-            os.unlink(marker)
-        sections.append(f"{asked!r}:{got!r}:{lock.token}")
-print(overlaps, " ".join(sections), flush=True)
-"""
-
-# Prints "ready", and on a line from stdin waits for the lock with TIMEOUT and TTL: prints
-# "timeout", or "acquired <token>" and then releases it on the next line ("released" | "lost").
-WAITER = r"""
-import sys
-from lockkit_core import LockKit, LockLost
-url, key, timeout, ttl = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
-lock = LockKit(url, auto_renew=False).lock(key, ttl=ttl)
-print("ready", flush=True)
-sys.stdin.readline()
-if not lock.acquire(timeout=timeout):
-    print("timeout", flush=True)
-    sys.exit(0)
-print("acquired", lock.token, flush=True)
-sys.stdin.readline()
-try:
-    lock.release()
-    print("released", flush=True)
-except LockLost:
-    print("lost", flush=True)
-"""
-
-
-def queue_of(url: str, key: str) -> list[str]:
-    """The owner tokens queued on ``key``, oldest first."""
-    record = file_backend._peek(os.path.join(url[len("file://") :], file_name(key)))
-    assert record is not None
-    return [line.split(b" ")[0].decode() for line in record.queue.splitlines()]
-
-
-def queue_up(url: str, key: str, timeout: str, ttl: str) -> subprocess.Popen[str]:
-    """A WAITER process that has joined the queue of ``key``."""
-    before = len(queue_of(url, key))
-    proc = start(WAITER, url, key, timeout, ttl)
-    assert read_line(proc) == "ready"
-    assert proc.stdin is not None
-    proc.stdin.write("go\n")
-    proc.stdin.flush()
-    wait_until(lambda: len(queue_of(url, key)) == before + 1)
-    return proc
-
-
-def wait_until(condition: object, timeout: float = 10.0) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "gave up waiting"
-        time.sleep(0.005)
-
-
-@pytest.fixture(params=["bell", "polling"])
-def bells(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Waiters woken by a datagram (on Linux), and waiters that only look at the record."""
-    if request.param == "polling":
-        monkeypatch.setattr(file_backend, "_ABSTRACT", False)
-    elif not file_backend._ABSTRACT:
-        pytest.skip("wake-up sockets need Linux")
-    return str(request.param)
-
-
-def test_contending_processes_are_served_in_turn(url: str, tmp_path: Path) -> None:
-    counter, marker = tmp_path / "counter", tmp_path / "inside"
-    counter.write_text("0")
-    procs = [start(CONTENDER, url, str(counter), str(marker), "1.5", "0.0005") for _ in range(6)]
-    try:
-        for proc in procs:
-            assert read_line(proc) == "ready"
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        reports = [read_line(proc, timeout=30).split() for proc in procs]
-    finally:
-        for proc in procs:
-            stop(proc)
-    assert [r[0] for r in reports] == ["0"] * 6, "two processes were inside at once"
-    sections = sorted(
-        (float(got), float(got) - float(asked), int(token), who)
-        for who, report in enumerate(reports)
-        for asked, got, token in (item.split(":") for item in report[1:])
-    )
-    assert int(counter.read_text()) == len(sections)
-    tokens = [token for _, _, token, _ in sections]
-    assert tokens == sorted(set(tokens)), "tokens increase in the order of the grants"
-    counts = [len(report) - 1 for report in reports]
-    assert min(counts) > 0 and min(counts) >= max(counts) // 2, counts
-    longest = max(wait for _, wait, _, _ in sections)
-    assert longest < 0.5, f"a process waited {longest:.3f} s"
-    turns = sum(1 for a, b in itertools.pairwise(sections) if a[3] != b[3])
-    assert turns / (len(sections) - 1) > 0.9, "the releaser took the lock straight back"
-
-
-def test_a_waiter_that_gives_up_passes_a_handed_lock_on(url: str, bells: str) -> None:
-    a, b, c = (create_backend(url) for _ in range(3))
-    try:
-        assert a.try_acquire("k", OWNER_A, 30.0).acquired
-        waiting_b = b.waiter("k", OWNER_B, False)
-        assert not b.try_acquire("k", OWNER_B, 30.0).acquired
-        waiting_c = c.waiter("k", OWNER_C, False)
-        assert not c.try_acquire("k", OWNER_C, 30.0).acquired
-        assert queue_of(url, "k") == [OWNER_B, OWNER_C]
-        assert a.release("k", OWNER_A) is True
-        handed = a.info("k")
-        assert handed is not None and handed.owner_hint == OWNER_B[:8] and handed.token == 2
-        waiting_b.close(acquired=False)  # gave up before it noticed
-        passed = a.info("k")
-        assert passed is not None and passed.owner_hint == OWNER_C[:8] and passed.token == 3
-        began = time.monotonic()
-        grant = waiting_c.wait(5.0)
-        assert grant is not None and grant.acquired and grant.token == 3
-        assert grant.since is not None and grant.since < began
-        assert time.monotonic() - began < 1.0
-        waiting_c.close(acquired=True)
-        assert queue_of(url, "k") == []
-        assert c.release("k", OWNER_C) is True
-        assert a.info("k") is None
-    finally:
-        for backend in (a, b, c):
-            backend.close()
-
-
-def test_a_waiter_that_times_out_leaves_no_ghost(kit: LockKit, url: str) -> None:
-    held = kit.lock("ghost", ttl=30)
-    assert held.acquire()
-    procs = []
-    try:
-        procs.append(early := queue_up(url, "ghost", "0.4", "30"))
-        procs.append(late := queue_up(url, "ghost", "10", "30"))
-        assert read_line(early) == "timeout"
-        assert len(queue_of(url, "ghost")) == 1, "the waiter that gave up left the queue"
-        began = time.monotonic()
-        held.release()
-        assert read_line(late).split()[0] == "acquired"
-        assert time.monotonic() - began < 0.5
-        info = kit.admin.info("ghost")
-        assert info is not None and info.holder is not None
-        assert info.holder.endswith(f"pid {late.pid}")
-        assert ask(late, "release") == "released"
-        assert kit.admin.info("ghost") is None
-    finally:
-        for proc in procs:
-            stop(proc)
-
-
-def test_a_killed_waiter_does_not_hold_up_the_queue(kit: LockKit, url: str) -> None:
-    held = kit.lock("killed", ttl=30)
-    assert held.acquire()
-    procs = []
-    try:
-        for _ in range(3):
-            procs.append(queue_up(url, "killed", "10", "30"))
-        first, second, third = procs
-        first.send_signal(signal.SIGKILL)
-        first.wait(10)  # reaped: its pid is gone
-        began = time.monotonic()
-        held.release()  # skips the dead waiter
-        assert read_line(second).split()[0] == "acquired"
-        assert time.monotonic() - began < 0.5
-        assert len(queue_of(url, "killed")) == 1
-        second.send_signal(signal.SIGKILL)  # dies holding the lock handed to it
-        second.wait(10)
-        began = time.monotonic()
-        assert read_line(third).split()[0] == "acquired"
-        assert time.monotonic() - began < 0.5, "the dead holder's lease was 30 s"
-        assert ask(third, "release") == "released"
-        assert kit.admin.info("killed") is None
-    finally:
-        for proc in procs:
-            stop(proc)
-
-
-def test_a_stopped_waiters_entry_lapses(kit: LockKit, url: str) -> None:
-    held = kit.lock("stopped", ttl=30)
-    assert held.acquire()
-    procs = []
-    try:
-        procs.append(stopped := queue_up(url, "stopped", "10", "0.3"))
-        procs.append(patient := queue_up(url, "stopped", "10", "30"))
-        stopped.send_signal(signal.SIGSTOP)
-        time.sleep(0.7)  # its entry lives twice its 0.3 s lease unless renewed
-        held.release()
-        assert read_line(patient).split()[0] == "acquired"
-        stopped.send_signal(signal.SIGCONT)  # queues again, behind the holder
-        wait_until(lambda: len(queue_of(url, "stopped")) == 1)
-        assert ask(patient, "release") == "released"
-        assert read_line(stopped).split()[0] == "acquired"
-        assert ask(stopped, "release") in ("released", "lost")  # its lease is 0.3 s
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-            stop(proc)
-
-
-def test_a_lapsed_lease_goes_to_the_queue_not_to_a_non_blocking_caller(
-    url: str, kit: LockKit, bells: str
-) -> None:
-    a, b = create_backend(url), create_backend(url)
-    try:
-        assert a.try_acquire("lapsed", OWNER_A, 0.2).acquired
-        waiting = b.waiter("lapsed", OWNER_B, False)
-        assert not b.try_acquire("lapsed", OWNER_B, 30.0).acquired
-        time.sleep(0.3)  # A's lease ran out without a release
-        assert kit.lock("lapsed").acquire(blocking=False) is False
-        assert not a.try_acquire("lapsed", OWNER_C, 30.0).acquired
-        info = a.info("lapsed")
-        assert info is not None and info.owner_hint == OWNER_B[:8]
-        grant = waiting.wait(5.0)
-        assert grant is not None and grant.token == 2
-        waiting.close(acquired=True)
-        assert b.release("lapsed", OWNER_B) is True
-        assert kit.lock("lapsed").acquire(blocking=False) is True
-    finally:
-        a.close()
-        b.close()
-
-
-def test_force_release_hands_the_lock_to_the_oldest_waiter(backend: FileBackend) -> None:
-    assert backend.try_acquire("forced", OWNER_A, 30.0).acquired
-    waiting = backend.waiter("forced", OWNER_B, False)
-    assert not backend.try_acquire("forced", OWNER_B, 30.0).acquired
-    assert backend.force_release("forced") is True
-    info = backend.info("forced")
-    assert info is not None and info.owner_hint == OWNER_B[:8] and info.token == 2
-    assert backend.release("forced", OWNER_A) is False
-    waiting.close(acquired=False)
-    assert backend.info("forced") is None
-
-
-def test_a_full_queue_makes_late_callers_poll(
-    backend: FileBackend, url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(file_backend, "_MAX_QUEUE", 1)
-    assert backend.try_acquire("full", OWNER_A, 30.0).acquired
-    first = backend.waiter("full", OWNER_B, False)
-    assert not backend.try_acquire("full", OWNER_B, 30.0).acquired
-    late = backend.waiter("full", OWNER_C, False)
-    assert not backend.try_acquire("full", OWNER_C, 30.0).acquired
-    assert queue_of(url, "full") == [OWNER_B]
-    assert late.wait(0.001) is None  # polls, and joins at its next attempt with room
-    assert backend.release("full", OWNER_A) is True
-    assert not backend.try_acquire("full", OWNER_C, 30.0).acquired
-    assert queue_of(url, "full") == [OWNER_C]
-    first.close(acquired=False)  # passes the lock on to the late caller
-    info = backend.info("full")
-    assert info is not None and info.owner_hint == OWNER_C[:8]
-    late.close(acquired=False)
-    assert backend.info("full") is None
-
-
-def test_a_long_queue_leaves_a_small_file(backend: FileBackend, url: str) -> None:
-    assert backend.try_acquire("long", OWNER_A, 30.0).acquired
-    owners = [f"{n:032x}" for n in range(60)]
-    waiters = []
-    for owner in owners:
-        waiters.append(backend.waiter("long", owner, False))
-        assert not backend.try_acquire("long", owner, 30.0).acquired
-    path = Path(backend.directory, file_name("long"))
-    assert queue_of(url, "long") == owners
-    assert path.stat().st_size > 4096
-    for waiter in waiters:
-        waiter.close(acquired=False)
-    assert queue_of(url, "long") == []
-    assert path.stat().st_size <= 4096, "read in one go again"
-    assert backend.release("long", OWNER_A) is True
-
-
-def test_a_record_written_before_queues_is_read(backend: FileBackend) -> None:
-    path = Path(backend.directory, file_name("old"))
-    expires = time.monotonic() + 30
-    path.write_bytes(
-        b"lockkit-file/1 5 %s %r 30.0 %s 3\nold\n" % (OWNER_A.encode(), expires, backend._me)
-    )
-    assert not backend.try_acquire("old", OWNER_B, 30.0).acquired
-    assert backend.release("old", OWNER_A) is True
-    grant = backend.try_acquire("old", OWNER_B, 30.0)
-    assert grant.acquired and grant.token == 6
-
-
-def test_a_process_that_queued_lately_queues_on_its_first_attempt(backend: FileBackend) -> None:
-    assert backend.queue_first() is False
-    assert backend.try_acquire("first", OWNER_A, 30.0).acquired
-    uncontended = backend.waiter("other", OWNER_B, False)
-    assert backend.try_acquire("other", OWNER_B, 30.0).acquired  # free: not queued
-    uncontended.close(acquired=True)
-    assert backend.queue_first() is False
-    waiting = backend.waiter("first", OWNER_B, False)
-    assert not backend.try_acquire("first", OWNER_B, 30.0).acquired
-    waiting.close(acquired=False)
-    assert backend.queue_first() is True
