@@ -44,6 +44,12 @@ SOURCES = (*_CLIENT_SOURCES, "g", "current_user")
 
 _formatter = string.Formatter()
 
+_HINTS = {
+    "g": "set it before the view runs (e.g. in a before_request hook)",
+    "current_user": "the user is anonymous or lacks it: put @login_required above @lock_route",
+}
+_HINT = "the route does not pass that view argument"
+
 
 def _current_user() -> Any:
     # Imported by name so that Flask-Login stays optional (and untyped code stays out).
@@ -166,12 +172,7 @@ class RouteKey:
                     raise RouteKeyMissing(route, field, what) from None
                 raise ConfigError(
                     f"{route} locks on {self.template!r}, but {{{field}}} has no value in "
-                    f"this request ({type(exc).__name__}: {exc}); "
-                    + (
-                        "set it before the view runs (e.g. in a before_request hook)"
-                        if root in SOURCES
-                        else "the route does not pass that view argument"
-                    )
+                    f"this request ({type(exc).__name__}: {exc}); {_HINTS.get(root, _HINT)}"
                 ) from None
             value = _formatter.convert_field(value, conversion)
             out.append(_formatter.format_field(value, spec or ""))

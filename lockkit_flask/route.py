@@ -64,6 +64,8 @@ class RouteRule:
         if isinstance(methods, str):
             raise ConfigError(f"methods must be a list such as [{methods!r}], not a string")
         self.methods = None if methods is None else frozenset(m.upper() for m in methods)
+        if self.methods is not None and "GET" in self.methods:
+            self.methods |= {"HEAD"}  # Flask answers HEAD with the GET view
         if self.methods is not None and not self.methods <= _HTTP_METHODS:
             raise ConfigError(
                 f"methods {sorted(self.methods - _HTTP_METHODS)} are not HTTP methods; "

@@ -18,7 +18,7 @@ from flask import Blueprint, Flask, Response, abort, g, request
 from flask.views import MethodView
 from flask_login import LoginManager, UserMixin
 
-from lockkit_core import ConfigError
+from lockkit_core import ConfigError, LockLost
 from lockkit_core import LockKit as CoreKit
 from lockkit_core.testing import free_port
 from lockkit_flask import LockKit, RouteLocked, lock_blueprint, lock_route, state_of
@@ -426,3 +426,45 @@ def test_lock_blueprint_locks_every_view_of_the_blueprint(app: Flask, other: Cor
     with pytest.raises(RuntimeError):
         client.get("/crash", headers=acme)
     assert not held(app, "tenant:acme")
+
+
+def test_a_lease_lost_while_the_view_ran_is_a_500_and_logged_never_a_quiet_200(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = Flask("slow")
+    app.config.update(
+        TESTING=True, LOCKKIT_URL=f"file://{tmp_path / 'locks'}", LOCKKIT_AUTO_RENEW=False
+    )
+    LockKit(app)
+
+    @app.put("/slow")
+    @lock_route("job", ttl=0.1)
+    def slow() -> str:
+        time.sleep(0.3)  # outlives the lease: another request could have run meanwhile
+        return "done"
+
+    with caplog.at_level(logging.ERROR, logger="lockkit.flask"), pytest.raises(LockLost):
+        app.test_client().put("/slow")
+    assert any("was lost while its request ran" in r.getMessage() for r in caplog.records)
+
+
+def test_get_in_methods_also_locks_head(app: Flask, other: CoreKit) -> None:
+    @app.get("/report")
+    @lock_route("report", methods=["GET"])
+    def report() -> str:
+        return "report"
+
+    with other.lock("report:report"):
+        assert app.test_client().head("/report").status_code == 409
+
+
+def test_an_anonymous_user_on_a_per_user_route_is_told_to_log_in_first(app: Flask) -> None:
+    LoginManager(app).user_loader(lambda user_id: None)
+
+    @app.post("/cart")
+    @lock_route("cart:{current_user.id}")
+    def cart() -> str:
+        return "ok"
+
+    with pytest.raises(ConfigError, match=r"cart locks on .*anonymous.*@login_required"):
+        app.test_client().post("/cart")
