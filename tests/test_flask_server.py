@@ -24,13 +24,21 @@ from serve import Gunicorn, concurrently  # noqa: E402
 REQUESTS = 200
 
 
-@pytest.fixture(params=["file", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        "file",
+        pytest.param("redis", marks=pytest.mark.redis),
+        # The kit is made in the arbiter before the fork: each worker must use its own.
+        pytest.param("redis-preload", marks=pytest.mark.redis),
+    ]
+)
 def server(
     request: pytest.FixtureRequest, tmp_path: Path, redis_server: RedisServer
 ) -> Iterator[Gunicorn]:
     url = f"file://{tmp_path}/locks" if request.param == "file" else redis_server.url
     env = {"TICKETS_DATA_DIR": str(tmp_path), "TICKETS_LOCKKIT_URL": url}
-    with Gunicorn(env, workers=2, threads=4) as gunicorn:
+    preload = request.param.endswith("preload")
+    with Gunicorn(env, workers=2, threads=4, preload=preload) as gunicorn:
         yield gunicorn
 
 

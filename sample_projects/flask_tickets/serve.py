@@ -46,7 +46,11 @@ def free_port() -> int:
 
 
 class Gunicorn:
-    """``with Gunicorn(env) as server: server.port`` serves ``app:create_app()``."""
+    """``with Gunicorn(env) as server: server.port`` serves ``app:create_app()``.
+
+    With ``preload`` the app (and its lock kit) is created once in the arbiter and forked
+    into the workers, as many deployments do to save memory.
+    """
 
     def __init__(
         self,
@@ -55,6 +59,7 @@ class Gunicorn:
         workers: int = 2,
         threads: int = 4,
         app: str = "app:create_app()",
+        preload: bool = False,
     ) -> None:
         self.port = free_port()
         self.log = Path(env.get("TICKETS_DATA_DIR", "/tmp")) / f"gunicorn-{self.port}.log"
@@ -74,6 +79,7 @@ class Gunicorn:
             "gthread",
             "--log-level",
             "warning",
+            *(["--preload"] if preload else []),
             app,
         ]
         with open(self.log, "wb") as log:
