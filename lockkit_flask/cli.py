@@ -1,0 +1,90 @@
+"""``flask lockkit list|info KEY|release KEY --force``: the core admin layer on the app's kit.
+
+Registered through the ``flask.commands`` entry point, so every app that set up
+:class:`~lockkit_flask.LockKit` has it; output is the same as the ``lockkit`` command's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import click
+from flask import current_app
+from flask.cli import AppGroup
+
+from lockkit_core import Admin, LockKitError
+from lockkit_core.cli import _LOCK_HEADERS, _emit_json, _lock_rows, _table
+
+from .extension import state_of
+
+__all__ = ["lockkit_group"]
+
+lockkit_group = AppGroup("lockkit", help="Inspect and force-release this app's locks.")
+
+
+@contextmanager
+def _admin() -> Iterator[Admin]:
+    """The app's admin layer; lockkit's errors become one ``Error: ...`` line, status 1."""
+    try:
+        yield state_of(current_app).kit.admin
+    except LockKitError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@lockkit_group.command("list")
+@click.argument("prefix", default="")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def list_command(prefix: str, as_json: bool) -> None:
+    """List held locks whose key starts with PREFIX (route keys start with the endpoint)."""
+    with _admin() as admin:
+        infos = admin.list(prefix)
+    if as_json:
+        _emit_json([info.as_dict() for info in infos])
+    elif not infos:
+        click.echo("no locks held" + (f" under {prefix!r}" if prefix else ""))
+    else:
+        click.echo(_table(_LOCK_HEADERS, _lock_rows(infos)))
+
+
+@lockkit_group.command("info")
+@click.argument("key")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (null for a free key).")
+def info_command(key: str, as_json: bool) -> None:
+    """Show who holds KEY, or that it is free."""
+    with _admin() as admin:
+        info = admin.info(key)
+    if as_json:
+        _emit_json(None if info is None else info.as_dict())
+    elif info is None:
+        click.echo(f"{key} is free")
+    else:
+        click.echo(_table(_LOCK_HEADERS, _lock_rows([info])))
+
+
+@lockkit_group.command("release")
+@click.argument("key")
+@click.option("--force", is_flag=True, help="Really free the key, whoever holds it.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a sentence.")
+def release_command(key: str, force: bool, as_json: bool) -> None:
+    """Free KEY whoever holds it (needs --force). The holder is not told until it next
+    renews or releases, so only writes checked against the fencing token are safe from it."""
+    if not force:
+        raise click.ClickException(
+            f"refusing to release {key!r} without --force: its holder is not told and may go "
+            f"on as if it still held the lock. Run 'flask lockkit release {key} --force' if "
+            "you mean it."
+        )
+    with _admin() as admin:
+        before = admin.info(key)
+        released = admin.force_release(key)
+    if as_json:
+        previous = None if before is None or not released else before.as_dict()
+        _emit_json({"key": key, "released": released, "previous": previous})
+    elif not released:
+        click.echo(f"{key} was already free")
+    elif before is None:
+        click.echo(f"released {key}")
+    else:
+        token = "" if before.token is None else f", token {before.token}"
+        click.echo(f"released {key} (owner {before.owner_hint}{token})")
