@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from . import lease
 from .acquire import acquire as acquire_grant
 from .acquire import dead_on_arrival_error
+from .backends.base import owner_hint
 from .config import UNSET, check_timeout, check_ttl
 from .errors import ConfigError, LockLost, LockNotOwned, LockTimeout
 from .hold import Hold, inherited_message, lost_message
@@ -103,6 +104,13 @@ class Lock:
         release or extend this acquisition there. Keep it secret: it is the key to the lock."""
         hold = self._view()
         return hold.owner if hold is not None else self._given_owner
+
+    @property
+    def owner_hint(self) -> str | None:
+        """What ``kit.admin`` and ``lockkit list`` show of this owner (8 hex digits of a
+        digest of the owner token): tells holders apart, useless for releasing."""
+        owner = self.owner
+        return None if owner is None else owner_hint(owner)
 
     @property
     def lost(self) -> bool:

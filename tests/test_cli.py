@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from lockkit_core import Lock, LockKit, LockNotOwned, known_schemes
+from lockkit_core.backends.base import owner_hint
 from lockkit_core.cli import cli
 
 
@@ -66,7 +67,7 @@ def test_list_prints_an_aligned_table(url: str, held: dict[str, Lock]) -> None:
     lock = held["order:42"]
     assert lock.owner is not None
     assert f"  {lock.token}  " in row
-    assert row.endswith(lock.owner[:8])
+    assert row.endswith(owner_hint(lock.owner))
     assert f"pid {os.getpid()}" in row
     ttl_left = float(row.split()[2])
     assert 50 < ttl_left <= 60
@@ -91,7 +92,7 @@ def test_list_json(url: str, held: dict[str, Lock]) -> None:
     lock = held["order:42"]
     assert lock.owner is not None
     assert first["token"] == lock.token
-    assert first["owner_hint"] == lock.owner[:8]
+    assert first["owner_hint"] == owner_hint(lock.owner)
     assert first["stored_key"] == "order:42"
     assert 50 < first["ttl_remaining"] <= 60
     assert set(first) == {"key", "stored_key", "owner_hint", "token", "ttl_remaining", "holder"}
@@ -159,7 +160,7 @@ def test_release_force_frees_the_key(url: str, held: dict[str, Lock]) -> None:
     assert lock.owner is not None
     result = run("--url", url, "release", "order:42", "--force")
     assert result.exit_code == 0, result.output
-    expected = f"released order:42 (owner {lock.owner[:8]}, token {lock.token})"
+    expected = f"released order:42 (owner {owner_hint(lock.owner)}, token {lock.token})"
     assert result.stdout.strip() == expected
     kit = LockKit(url)
     assert kit.admin.info("order:42") is None

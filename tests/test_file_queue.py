@@ -16,9 +16,10 @@ import pytest
 from file_processes import OWNER_A, OWNER_B, OWNER_C, ask, read_line, start, stop
 
 from lockkit_core import LockKit
+from lockkit_core.backends.base import owner_hint
 from lockkit_core.backends.file import FileBackend, file_name, wakeups
 from lockkit_core.backends.file import queue as file_queue
-from lockkit_core.backends.file.record import owner_hint
+from lockkit_core.backends.file.record import hint_of
 from lockkit_core.backends.file.store import peek
 from lockkit_core.registry import create_backend
 
@@ -113,7 +114,7 @@ def queue_of(url: str, key: str) -> list[str]:
     """The owners queued on ``key``, oldest first (as the hints of their tokens)."""
     record = peek(os.path.join(url[len("file://") :], file_name(key)))
     assert record is not None
-    return [owner_hint(line.split(b" ")[0]) for line in record.queue.splitlines()]
+    return [hint_of(line.split(b" ")[0]) for line in record.queue.splitlines()]
 
 
 def queue_up(url: str, key: str, timeout: str, ttl: str) -> subprocess.Popen[str]:
@@ -187,13 +188,21 @@ def test_a_waiter_that_gives_up_passes_a_handed_lock_on(url: str, bells: str) ->
         assert not b.try_acquire("k", OWNER_B, 30.0).acquired
         waiting_c = c.waiter("k", OWNER_C, False)
         assert not c.try_acquire("k", OWNER_C, 30.0).acquired
-        assert queue_of(url, "k") == [OWNER_B[:8], OWNER_C[:8]]
+        assert queue_of(url, "k") == [owner_hint(OWNER_B), owner_hint(OWNER_C)]
         assert a.release("k", OWNER_A) is True
         handed = a.info("k")
-        assert handed is not None and handed.owner_hint == OWNER_B[:8] and handed.token == first + 1
+        assert (
+            handed is not None
+            and handed.owner_hint == owner_hint(OWNER_B)
+            and handed.token == first + 1
+        )
         waiting_b.close(acquired=False)  # gave up before it noticed
         passed = a.info("k")
-        assert passed is not None and passed.owner_hint == OWNER_C[:8] and passed.token == first + 2
+        assert (
+            passed is not None
+            and passed.owner_hint == owner_hint(OWNER_C)
+            and passed.token == first + 2
+        )
         began = time.monotonic()
         grant = waiting_c.wait(5.0)
         assert grant is not None and grant.acquired and grant.token == first + 2
@@ -294,7 +303,7 @@ def test_a_lapsed_lease_goes_to_the_queue_not_to_a_non_blocking_caller(
         assert kit.lock("lapsed").acquire(blocking=False) is False
         assert not a.try_acquire("lapsed", OWNER_C, 30.0).acquired
         info = a.info("lapsed")
-        assert info is not None and info.owner_hint == OWNER_B[:8]
+        assert info is not None and info.owner_hint == owner_hint(OWNER_B)
         grant = waiting.wait(5.0)
         assert grant is not None and grant.token == first + 1
         waiting.close(acquired=True)
@@ -312,7 +321,7 @@ def test_force_release_hands_the_lock_to_the_oldest_waiter(backend: FileBackend)
     assert not backend.try_acquire("forced", OWNER_B, 30.0).acquired
     assert backend.force_release("forced") is True
     info = backend.info("forced")
-    assert info is not None and info.owner_hint == OWNER_B[:8] and info.token == first + 1
+    assert info is not None and info.owner_hint == owner_hint(OWNER_B) and info.token == first + 1
     assert backend.release("forced", OWNER_A) is False
     waiting.close(acquired=False)
     assert backend.info("forced") is None
@@ -327,14 +336,14 @@ def test_a_full_queue_makes_late_callers_poll(
     assert not backend.try_acquire("full", OWNER_B, 30.0).acquired
     late = backend.waiter("full", OWNER_C, False)
     assert not backend.try_acquire("full", OWNER_C, 30.0).acquired
-    assert queue_of(url, "full") == [OWNER_B[:8]]
+    assert queue_of(url, "full") == [owner_hint(OWNER_B)]
     assert late.wait(0.001) is None  # polls, and joins at its next attempt with room
     assert backend.release("full", OWNER_A) is True
     assert not backend.try_acquire("full", OWNER_C, 30.0).acquired
-    assert queue_of(url, "full") == [OWNER_C[:8]]
+    assert queue_of(url, "full") == [owner_hint(OWNER_C)]
     first.close(acquired=False)  # passes the lock on to the late caller
     info = backend.info("full")
-    assert info is not None and info.owner_hint == OWNER_C[:8]
+    assert info is not None and info.owner_hint == owner_hint(OWNER_C)
     late.close(acquired=False)
     assert backend.info("full") is None
 
@@ -347,7 +356,7 @@ def test_a_long_queue_leaves_a_small_file(backend: FileBackend, url: str) -> Non
         waiters.append(backend.waiter("long", owner, False))
         assert not backend.try_acquire("long", owner, 30.0).acquired
     path = Path(backend.directory, file_name("long"))
-    assert queue_of(url, "long") == [owner[:8] for owner in owners]
+    assert queue_of(url, "long") == [owner_hint(owner) for owner in owners]
     assert path.stat().st_size > 4096
     for waiter in waiters:
         waiter.close(acquired=False)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from lockkit_core import LockKit as CoreKit
+from lockkit_core.backends.base import owner_hint
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_projects" / "flask_tickets"
 FLASK = Path(sys.executable).with_name("flask")
@@ -49,14 +50,16 @@ def test_list_info_and_release_act_on_the_apps_store_and_namespace(tmp_path: Pat
         ]
         assert listed.stdout.splitlines()[1].startswith("book_seat:event:gala ")
         info = flask(tmp_path, "info", "book_seat:event:gala", "--json")
-        assert json.loads(info.stdout)["owner_hint"] == lock.owner[:8]  # type: ignore[index]
+        assert json.loads(info.stdout)["owner_hint"] == owner_hint(lock.owner)  # type: ignore[index]
         refused = flask(tmp_path, "release", "book_seat:event:gala")
         assert refused.returncode == 1
         assert "without --force" in refused.stderr
         assert "flask lockkit release book_seat:event:gala --force" in refused.stderr
         released = flask(tmp_path, "release", "book_seat:event:gala", "--force")
         assert released.returncode == 0, released.stderr
-        assert released.stdout.startswith(f"released book_seat:event:gala (owner {lock.owner[:8]}")  # type: ignore[index]
+        assert released.stdout.startswith(
+            f"released book_seat:event:gala (owner {owner_hint(lock.owner)}"
+        )  # type: ignore[index]
         assert kit.admin.info("book_seat:event:gala") is None
         assert flask(tmp_path, "list").stdout.strip() == "no locks held"
         assert (

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from lockkit_core import BackendUnavailable, ConfigError, LockKit
-from lockkit_core.backends.redis.scripts import owner_id
+from lockkit_core.backends.base import owner_id
 
 pytestmark = pytest.mark.redis
 
@@ -36,7 +36,7 @@ def test_stored_layout_carries_namespace_owner_token_and_holder(
         owner, token, holder = value.decode().split("|", 2)
         assert held.owner is not None
         assert owner == owner_id(held.owner) != held.owner
-        assert len(owner) == 40 and owner.startswith(held.owner[:8])
+        assert len(owner) == 40 and held.owner_hint and owner.startswith(held.owner_hint)
         assert int(token) == held.token
         assert "pid" in holder
         assert 0 < raw.pttl(f"lockkit:{{{kit.namespace}:order:42}}") <= 5000

@@ -159,6 +159,9 @@ def test_the_server_sees_only_digests_of_owner_secrets(redis_server: RedisServer
             assert secret is not None
             for blob in stored + published:
                 assert secret.encode() not in blob, f"{blob!r} carries an owner secret"
+                for start in range(len(secret) - 7):  # nor any part of one
+                    part = secret[start : start + 8].encode()
+                    assert part not in blob, f"{blob!r} carries part of an owner secret"
 
         # What the server shows cannot release or extend the lock.
         record = raw.get(f"lockkit:{{{namespace}:secret}}")

@@ -9,6 +9,7 @@ operations on ``(key, owner)`` pairs, where ``key`` is already namespaced and ``
 from __future__ import annotations
 
 import enum
+import hashlib
 import random
 import time
 from abc import ABC, abstractmethod
@@ -28,6 +29,8 @@ __all__ = [
     "SleepWaiter",
     "Waiter",
     "capability_names",
+    "owner_hint",
+    "owner_id",
 ]
 
 
@@ -47,6 +50,18 @@ class Capability(enum.Flag):
 def capability_names(flags: Capability) -> list[str]:
     """``["ttl", "fencing", ...]`` for the flags set in ``flags``, in declaration order."""
     return [flag.name.lower() for flag in Capability if flag.name and flag and flag in flags]
+
+
+def owner_id(owner: str) -> str:
+    """What a store keeps of an owner token: its SHA-1 in 40 hex digits, never the token, so
+    reading the store does not let anyone release or extend. SHA-1 because Redis's scripts
+    can compute nothing else; a 128-bit random token has no preimage within reach."""
+    return hashlib.sha1(owner.encode("utf-8", "surrogatepass")).hexdigest()  # noqa: S324
+
+
+def owner_hint(owner: str) -> str:
+    """The first 8 hex digits of :func:`owner_id`: what ``admin`` shows of an owner."""
+    return owner_id(owner)[:8]
 
 
 class Grade(enum.StrEnum):
@@ -77,7 +92,7 @@ class Grant:
 @dataclass(frozen=True)
 class Lease:
     """What the admin layer shows about one held lock. ``key`` is the stored (namespaced) key;
-    ``owner_hint`` is a short prefix of the owner token, enough to tell holders apart but
+    ``owner_hint`` is :func:`owner_hint` of the owner token, enough to tell holders apart but
     useless for releasing."""
 
     key: str

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..url import LockURL
-from .base import Backend, Capability, Grade, Grant, Lease, Waiter
+from .base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_hint
 
 __all__ = ["MemoryBackend"]
 
@@ -260,7 +260,7 @@ class MemoryBackend(Backend):
 
     def _lease(self, key: str, entry: _Entry, now: float) -> Lease:
         assert entry.owner is not None
-        return Lease(key, entry.owner[:8], entry.token, entry.expires - now, "this process")
+        return Lease(key, owner_hint(entry.owner), entry.token, entry.expires - now, "this process")
 
     def list(self, prefix: str) -> list[Lease]:
         with self._store.lock:

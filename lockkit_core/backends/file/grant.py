@@ -18,7 +18,7 @@ from ...errors import LockKitError
 from ..base import Grant, Lease
 from . import store as store_module
 from .queue import join, pop_live
-from .record import FREE, Entry, Record, owner_hint, owner_id, owns, without
+from .record import FREE, Entry, Record, hint_of, owner_id, owns, without
 from .store import RecordStore, Slot
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ def lease(rec: Record, key: str, now: float) -> Lease:
     assert rec.owner is not None
     return Lease(
         key,
-        owner_hint(rec.owner),
+        hint_of(rec.owner),
         rec.fence,
         rec.expires - now,
         f"{rec.host.decode('utf-8', 'replace')} pid {abs(rec.pid)}"

@@ -4,7 +4,7 @@ A record is ``MAGIC fence owner expires ttl pid pidns boot host keylen queuelen`
 key, ``\\n``, then ``queuelen`` bytes of queue entries (:class:`Entry`), oldest first. The
 lengths make it self-delimiting: a shorter record is padded with spaces to the file's size
 rather than truncating the file. ``owner`` (here and in queue entries) is :func:`owner_id`:
-a hint and a digest of the owner token, never the token. Everything here is pure: bytes in,
+a digest of the owner token, never the token. Everything here is pure: bytes in,
 values out.
 """
 
@@ -18,6 +18,8 @@ from hashlib import sha256
 from typing import TypeGuard
 
 from ...errors import BackendUnavailable
+from ..base import owner_hint
+from ..base import owner_id as base_owner_id
 
 MAGIC = b"lockkit-file/2"
 MAGIC_1 = b"lockkit-file/1"  # the same record without a queue; read, never written
@@ -27,6 +29,7 @@ CHUNK = 4096
 #: bytes a waiter reads to see the record's first line (the owner and lease)
 HEAD = 1024
 _READABLE = re.compile(r"[a-z0-9_:-][a-z0-9._:-]{0,99}")
+_ID_LENGTH = 40  # hex digits of an owner id
 
 
 def file_name(key: str) -> str:
@@ -43,24 +46,28 @@ def file_name(key: str) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def owner_id(owner: str) -> bytes:
-    """What a record keeps of the owner token ``owner``: its first 8 characters (the hint
-    shown by ``list``/``info``) and 128 bits of its SHA-256, never the token itself, so
-    that reading a record (or a queue entry) does not let anyone release or extend."""
-    digest = sha256(owner.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return owner_bytes(owner[:8]) + b"." + digest.encode("ascii")
+    """What a record keeps of the owner token ``owner``: :func:`~..base.owner_id` (40 hex
+    digits), never the token itself, so that reading a record (or a queue entry) does not let
+    anyone release or extend."""
+    return base_owner_id(owner).encode("ascii")
 
 
 def owns(stored: bytes | None, owner: str) -> TypeGuard[bytes]:
     """``stored`` (a record's owner field) names ``owner``: its :func:`owner_id`, or the
-    token itself as records written before digests kept it (their ids have no ``.``)."""
+    token itself as records written before digests kept it (never 40 characters long, so an
+    id read from a record cannot be presented as its token)."""
     if stored is None:
         return False
-    return stored == owner_id(owner) or (b"." not in stored and stored == owner_bytes(owner))
+    if stored == owner_id(owner):
+        return True
+    return len(stored) != _ID_LENGTH and stored == owner_bytes(owner)
 
 
-def owner_hint(stored: bytes) -> str:
-    """The hint kept in :func:`owner_id`: the owner token's first characters."""
-    return owner_str(stored.partition(b".")[0])
+def hint_of(stored: bytes) -> str:
+    """The owner hint of a record's owner field (see :func:`~..base.owner_hint`)."""
+    if len(stored) == _ID_LENGTH:
+        return stored[:8].decode("ascii")
+    return owner_hint(owner_str(stored))  # a token kept by a record written before digests
 
 
 def owner_bytes(owner: str) -> bytes:

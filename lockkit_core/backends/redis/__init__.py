@@ -23,12 +23,13 @@ A key whose text makes the tag empty (``full`` starting with ``}``) would spread
 slots on a cluster; keys come from the namespace first, so give clusters a namespace.
 
 **Owner secrets.** The 32-character owner token never reaches the server's data or its
-messages: records, queue members and notices carry the owner *id*, the secret's first 8
-characters (the hint ``lockkit list`` shows) followed by 32 of its SHA-1. Release, extend, adopt
-and leave present the secret itself, which the script hashes and compares; acquire sends only the
-id. What remains exposed: those four commands' arguments, to anyone allowed ``MONITOR`` (and to
-``SLOWLOG`` if a call is slow). Deny them to the application's user, e.g. an ACL with
-``-monitor -slowlog``; a user that may run ``DEL`` on the keys can break any lock anyway.
+messages: records, queue members and notices carry the owner *id*, the secret's SHA-1 in 40
+hex digits (``backends.base.owner_id``; its first 8 are the hint ``lockkit list`` shows).
+Release, extend, adopt and leave present the secret itself, which the script hashes and
+compares; acquire sends only the id. What remains exposed: those four commands' arguments,
+to anyone allowed ``MONITOR`` (and to ``SLOWLOG`` if a call is slow). Deny them to the
+application's user, e.g. an ACL with ``-monitor -slowlog``; a user that may run ``DEL`` on
+the keys can break any lock anyway.
 
 **Fencing tokens.** A grant's token is ``max(last token of the key + 1, server TIME in µs,
 floor + 1)``, where the floor is the highest token this client (one ``LockKit``) has seen on

@@ -228,7 +228,7 @@ class RedisBackend(Backend):
         token_text, _, holder = rest.partition("|")
         return Lease(
             key=stored_key,
-            owner_hint=owner[:8],  # the id's first 8 characters are the secret's
+            owner_hint=owner[:8],  # an owner id starts with its hint
             token=int(token_text) if token_text.isdigit() else None,
             ttl_remaining=pttl / 1000.0 if pttl >= 0 else None,
             holder=holder or None,

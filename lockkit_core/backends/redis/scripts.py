@@ -6,6 +6,8 @@ import hashlib
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from ..base import owner_id
+
 if TYPE_CHECKING:
     import redis
 
@@ -26,14 +28,6 @@ def stored_key(full_key: str) -> str:
 def stored_keys(lock_key: str) -> list[str]:
     """Record, fence counter, queue and queue entries of one lock, in the script's order."""
     return [lock_key, lock_key + ":f", lock_key + ":q", lock_key + ":e"]
-
-
-def owner_id(secret: str) -> str:
-    """What the server knows of an owner: 8 characters of the secret (the admin hint), then
-    32 of its SHA-1, so what the server shows cannot be presented back as the secret. The
-    script computes the same from a presented secret (``id_of`` in ``lua/lock.lua``)."""
-    digest = hashlib.sha1(secret.encode()).hexdigest()  # noqa: S324 (Lua has only SHA-1)
-    return secret[:8] + digest[:32]
 
 
 class Script:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...backends.base import Capability
+from ...backends.base import Capability, owner_hint
 from .fixtures import ContractBase, KitFactory
 
 __all__ = ["AdminContract"]
@@ -24,7 +24,7 @@ class AdminContract(ContractBase):
         assert info.stored_key.startswith(namespace)
         assert info.stored_key.endswith("a:1")
         owner = held[0].owner
-        assert owner is not None and info.owner_hint and owner.startswith(info.owner_hint)
+        assert owner is not None and info.owner_hint and info.owner_hint == owner_hint(owner)
         assert len(info.owner_hint) < len(owner)
         if Capability.FENCING in kit.backend.capabilities:
             assert info.token == held[0].token

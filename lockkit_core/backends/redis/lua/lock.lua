@@ -7,8 +7,8 @@
 --   F  KEYS[2]  "lockkit:{<ns:key>}:f"  the key's last fencing token; lives FENCE_MS past a grant
 --   Q  KEYS[3]  "lockkit:{<ns:key>}:q"  zset of waiter ids, scored by arrival number (a counter)
 --   E  KEYS[4]  "lockkit:{<ns:key>}:e"  hash: waiter id -> "<expiry ms>|<lease ms>|<channel>|<holder>"
--- <id> is an owner's public name: the first 8 characters of its 32-character secret, then the
--- first 32 of sha1hex(secret). The secret is never stored nor published: the operations that
+-- <id> is an owner's public name: sha1hex(secret), 40 hex digits (its first 8 are the admin
+-- hint). The secret is never stored nor published: the operations that
 -- act on a held lock present it, and only its id is compared.
 --
 -- ARGV[1]   KEYS     ARGV[2..]                                   returns
@@ -38,7 +38,7 @@ local op = ARGV[1]
 local L = KEYS[1]
 
 local function id_of(secret)
-  return string.sub(secret, 1, 8) .. string.sub(redis.sha1hex(secret), 1, 32)
+  return redis.sha1hex(secret)
 end
 
 local function holder_id()
