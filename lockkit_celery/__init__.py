@@ -42,6 +42,7 @@ from .duplicates import duplicate_counts, task_duplicate
 from .errors import TaskLocked
 from .keys import TaskKey, canonical_json
 from .settings import kit_for
+from .startup import check_app
 from .task import LockedTask, locked_task
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "TaskKey",
     "TaskLocked",
     "canonical_json",
+    "check_app",
     "duplicate_counts",
     "kit_for",
     "locked_task",
