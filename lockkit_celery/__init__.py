@@ -10,8 +10,10 @@ host):
 * **Enqueue**: while a call's key is queued or running, another ``delay``/``apply_async``
   with the same key publishes nothing and returns the ``AsyncResult`` of the queued task
   (``on_duplicate="raise"``: :class:`TaskLocked` with ``.task_id``). A failed publish gives
-  the lock back. A duplicate that carries callbacks (``link``, a chain's next steps) raises
-  :class:`TaskLocked` rather than drop them.
+  the lock back. A duplicate that carries callbacks (``link``, a chain's next steps) or is a
+  member of a group or chord raises :class:`TaskLocked` (``.task_id`` names the running
+  task) rather than drop them. ``app.send_task`` does not pass through the task class: its
+  calls are deduplicated only by the worker (a duplicate is handled per ``on_duplicate``).
 * **Run**: the worker adopts the lock with the owner token from the message headers and renews
   it while the task runs. A second copy of the same task id (broker redelivery after the
   visibility timeout, a pool child killed with ``acks_late``) never runs beside the first:

@@ -72,8 +72,9 @@ class LockedTask(Task):  # type: ignore[misc]
         """Publish the call unless its key is taken; then answer with the task that took it.
 
         ``lockkit={...}`` overrides options for this call. A duplicate that carries callbacks
-        (``link``, ``link_error``, the rest of a chain) raises :class:`TaskLocked` instead:
-        those callbacks cannot join the queued task, and are never dropped silently.
+        (``link``, ``link_error``, the rest of a chain) or belongs to a group or chord raises
+        :class:`TaskLocked` instead: the callbacks cannot join the queued task and the canvas
+        already handed out its own result id, so neither is dropped silently.
         """
         per_call = options.pop("lockkit", None)
         headers = dict(options.pop("headers", None) or {})
@@ -91,7 +92,9 @@ class LockedTask(Task):  # type: ignore[misc]
             return publish(task_id, {**headers, HEADER: record} if record else headers)
         key = self.lockkit_key_for(args, kwargs, per_call)
         kit = kit_for(self.app)
-        callbacks = bool(link or link_error or options.get("chain"))
+        # In a canvas the caller already holds a result id of its own for this step.
+        canvas = ("chain", "group_id", "chord")
+        callbacks = bool(link or link_error or any(options.get(name) for name in canvas))
         return enqueue(self, kit, key, opts, task_id, headers, delay_of(options),
                        lambda tid, hdrs: publish(tid, _merge(hdrs, record)),
                        callbacks=callbacks)  # fmt: skip

@@ -48,9 +48,7 @@ def worker(base: str, app: object, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def starts(base: str, task: str, order_id: int) -> list[dict[str, object]]:
-    return [
-        e for e in events(base, task) if e["kind"] == "start" and e["order_id"] == order_id
-    ]
+    return [e for e in events(base, task) if e["kind"] == "start" and e["order_id"] == order_id]
 
 
 def ends(base: str, task: str, order_id: int) -> list[dict[str, object]]:
@@ -63,9 +61,7 @@ def test_duplicate_enqueue_storm_runs_once_and_answers_one_task_id(
     ctx = multiprocessing.get_context("spawn")
     start_at = time.time() + 3.0
     outs = [tmp_path / f"ids{i}" for i in range(4)]
-    procs = [
-        ctx.Process(target=producer_main, args=(base, start_at, 50, str(out))) for out in outs
-    ]
+    procs = [ctx.Process(target=producer_main, args=(base, start_at, 50, str(out))) for out in outs]
     for p in procs:
         p.start()
     for p in procs:
@@ -158,3 +154,48 @@ def test_retries_with_countdown_keep_and_reenter_the_lock(
     assert first.get(timeout=30) == 61
     attempts = [e["retries"] for e in starts(base, "flaky", 61)]
     assert attempts == [0, 1, 2]
+
+
+def test_chain_runs_every_step_and_a_duplicate_step_is_refused_loudly(
+    base: str, app: object, worker: Worker
+) -> None:
+    from celery import chain
+
+    from lockkit_celery import TaskLocked
+
+    whole = chain(app.sms.s(81, seconds=0.2), app.once_sms.s()).apply_async()  # type: ignore[attr-defined]
+    assert whole.get(timeout=30) == 81
+    assert len(starts(base, "once_sms", 81)) == 1
+
+    running = app.sms.delay(82, seconds=2.0)  # type: ignore[attr-defined]
+    with pytest.raises(TaskLocked) as refused:
+        chain(app.sms.s(82, seconds=2.0), app.once_sms.s()).apply_async()  # type: ignore[attr-defined]
+    assert refused.value.task_id == running.id
+    assert "callbacks" in str(refused.value)
+    assert running.get(timeout=30) == 82
+    time.sleep(1.0)
+    assert len(starts(base, "sms", 82)) == 1
+    assert starts(base, "once_sms", 82) == []
+
+
+def test_eager_mode_applies_the_same_locks(base: str, app: object) -> None:
+    from lockkit_celery import kit_for
+
+    celery_app = app.app  # type: ignore[attr-defined]
+    kit = kit_for(celery_app)
+    key = app.once_sms.lockkit_key_for((91,), {})  # type: ignore[attr-defined]
+    held = kit.lock(key, ttl=30, reentrant=False)
+    assert held.acquire(blocking=False, timeout=0)  # as if a worker ran it right now
+    celery_app.conf.task_always_eager = True
+    try:
+        answer = app.once_sms.delay(91)  # type: ignore[attr-defined]
+        assert starts(base, "once_sms", 91) == []
+        assert answer.id is not None
+        held.release()
+        first = app.once_sms.delay(91)  # type: ignore[attr-defined]
+        again = app.once_sms.delay(91)  # type: ignore[attr-defined]
+        assert first.get() == 91
+        assert again.id == first.id
+    finally:
+        celery_app.conf.task_always_eager = False
+    assert len(starts(base, "once_sms", 91)) == 1
