@@ -1,0 +1,68 @@
+"""The payment-SMS task: one SMS per order, however often the confirmation is enqueued.
+
+``SMS_REDIS`` (a redis URL without a database) is the broker (db 1), result backend (db 2)
+and lock store (db 3); ``SMS_LOG`` is the file the fake SMS gateway appends to.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from celery import Celery
+
+from lockkit_celery import locked_task
+
+REDIS = os.environ.get("SMS_REDIS", "redis://127.0.0.1:6379")
+SMS_LOG = Path(os.environ.get("SMS_LOG", "sms.log"))
+#: Short, so that the slow order shows the broker handing a running task out again.
+VISIBILITY_TIMEOUT = 3
+
+app = Celery("celery_sms", broker=f"{REDIS}/1", backend=f"{REDIS}/2")
+app.conf.update(
+    lockkit_url=f"{REDIS}/3",
+    lockkit_namespace="shop",
+    # SMS_UNLOCKED=1 (``--without-locks``) shows the same story without lockkit.
+    lockkit_enabled=os.environ.get("SMS_UNLOCKED") != "1",
+    broker_transport_options={
+        "visibility_timeout": VISIBILITY_TIMEOUT,
+        "unacked_restore_interval": 0.5,
+    },
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+)
+
+
+def gateway_send(phone: str, text: str, idempotency_key: str) -> None:
+    """The fake SMS provider: one line per message sent, appended atomically (O_APPEND).
+
+    A real provider would also drop a second message with the same ``idempotency_key``:
+    that covers the one gap ``once`` leaves (a crash after the send, before the marker).
+    """
+    line = f"{phone}\t{text}\t{idempotency_key}\n".encode()
+    fd = os.open(SMS_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+@locked_task(
+    app=app,
+    name="send_payment_sms",
+    unique_on=["order_id"],
+    once=24 * 3600,
+    ttl=4,
+    acks_late=True,
+    reject_on_worker_lost=True,
+)
+def send_payment_sms(order_id: int, phone: str, slow: float = 0.0, crash: bool = False) -> str:
+    """Tell the customer their payment for ``order_id`` arrived."""
+    if crash and app.backend.client.set(f"crashed:{order_id}", 1, nx=True):
+        os.kill(os.getpid(), signal.SIGKILL)  # the pool child dies before sending
+    time.sleep(slow)
+    gateway_send(phone, f"Payment received for order {order_id}", f"payment-sms-{order_id}")
+    return f"sent to {phone}"
