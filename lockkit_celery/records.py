@@ -9,11 +9,16 @@ key                       held                                    by
 ``<key>``                 from enqueue until the task ends        the call, then the worker
 ``<key>:id:<task id>``    with ``<key>``, when the task id is     the same
                           not the one derived from its token
-``run:<task id>``         while one copy of the task id runs      the worker, renewed
-``ran:<task id>``         ``remember`` seconds after it ended     nobody (a marker)
+``run:<task id>``         while one copy of the task id runs,     the worker, renewed every
+                          then ``remember`` seconds after it      ttl/3; then nobody
+                          ended
 ``<key>:done``            ``once`` seconds after a success        nobody (a marker)
 ``<key>:done:<task id>``  the same, naming the task that did it   nobody (a marker)
 ========================  ======================================  ============================
+
+A ``run:<task id>`` lease longer than the task's ``ttl`` can only be the one kept after the
+task ended (a running copy renews it to ``ttl``), so one read tells a late copy whether the
+first copy still runs (defer) or finished (drop), and a run costs no separate marker.
 
 The task id of a call that took ``<key>`` is derived from the key and its fencing token, so a
 duplicate finds it with one read and the common path writes nothing more. A caller-chosen
@@ -32,9 +37,9 @@ __all__ = [
     "done_key",
     "find_done_task_id",
     "find_task_id",
+    "finished",
     "id_key",
     "put_marker",
-    "ran_key",
     "run_key",
 ]
 
@@ -57,9 +62,10 @@ def run_key(task_id: str) -> str:
     return f"run:{task_id}"
 
 
-def ran_key(task_id: str) -> str:
-    """Marks ``task_id`` as finished."""
-    return f"ran:{task_id}"
+def finished(kit: LockKit, task_id: str, ttl: float) -> bool:
+    """True if ``task_id`` ended (its run lock is kept longer than a running copy's ``ttl``)."""
+    info = kit.admin.info(run_key(task_id))
+    return info is not None and info.ttl_remaining is not None and info.ttl_remaining > ttl
 
 
 def done_key(key: str, task_id: str | None = None) -> str:

@@ -6,18 +6,19 @@ A run goes through these steps (each a single store operation):
    (redelivered after the visibility timeout, or requeued when a pool child died) finds it
    held and is deferred: re-published with a countdown, never run beside the first and never
    lost. If the first copy dies, its lease runs out within ``ttl`` and the deferred copy runs.
-2. a ``ran:<task id>`` marker means the task id already finished: the copy is dropped
-   (``Ignore``), so the result backend keeps the first copy's result.
+2. if ``run:<task id>`` is held with a lease longer than ``ttl``, the task id already
+   finished (step 1's lock is kept that long when it ends): the copy is dropped (``Ignore``),
+   so the result backend keeps the first copy's result.
 3. with ``once``, a ``<key>:done`` marker means the work succeeded within the window.
 4. adopt ``<key>`` with the owner token from the message headers, or take it if the call
    was not locked at enqueue (or its lease ran out in the queue). A key held by another task
    id is a duplicate, handled per ``on_duplicate``.
 
-On success the ``once`` markers and ``ran:<task id>`` are written before the result is
-stored; when the task ends (``after_return``, after its result is stored) ``<key>`` and
-``run:<task id>`` are released (after a failure, ``ran:<task id>`` is written first). On
-retry ``<key>`` is handed off for the retried message (whose headers carry the owner token)
-and only ``run:<task id>`` is released.
+On success the ``once`` markers are written and ``run:<task id>`` is handed off for
+``remember`` seconds before the result is stored; when the task ends (``after_return``, after
+its result is stored) ``<key>`` is released (after a failure, ``run:<task id>`` is handed
+off first). On retry ``<key>`` is handed off for the retried message (whose headers carry the
+owner token) and ``run:<task id>`` is released.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ from .records import (
     done_key,
     find_done_task_id,
     find_task_id,
+    finished,
     id_key,
     put_marker,
-    ran_key,
     run_key,
 )
 from .settings import TaskOptions
@@ -62,38 +63,46 @@ class Guard:
     opts: TaskOptions
     run: Lock
     held: list[Lock] = field(default_factory=list)
-    marked: bool = False
+    finished: bool = False
 
     def succeeded(self) -> None:
-        """Write the success markers; called before the result is stored, so that whoever
-        sees the result also sees them."""
+        """Write the success markers and mark the task id finished; called before the result
+        is stored, so that whoever sees the result also sees them."""
         if self.opts.once is not None:
             put_marker(self.kit, done_key(self.key, self.task_id), self.opts.once)
             put_marker(self.kit, done_key(self.key), self.opts.once)
-        put_marker(self.kit, ran_key(self.task_id), self.opts.remember)
-        self.marked = True
+        self._mark_finished()
+
+    def _mark_finished(self) -> None:
+        if not self.finished:
+            self.finished = True
+            # The run lock, no longer renewed, stays held for ``remember``: a lease longer
+            # than ``ttl`` tells a late copy that the task id finished (see records.py).
+            try:
+                self.run.hand_off(self.opts.remember)
+            except LockError as exc:  # the result stands; only a late copy is not dropped
+                log.warning("task %s could not be marked finished: %s", self.task_id, exc)
 
     def finish(self, state: str, retval: Any) -> None:
-        """Write the markers and release or hand off the locks for the task's end ``state``."""
-        kit, opts = self.kit, self.opts
+        """Release or hand off the locks for the task's end ``state``."""
         try:
             if state == "RETRY":
-                lease = opts.enqueue_ttl + _retry_delay(retval)
+                lease = self.opts.enqueue_ttl + _retry_delay(retval)
                 for lock in self.held:
                     lock.hand_off(lease)
+                self.held = []
+                self.run.release()  # the retried message is the same task id: let it run
                 return
-            if not self.marked:
-                put_marker(kit, ran_key(self.task_id), opts.remember)
-            for lock in self.held:
-                lock.release()
+            self._mark_finished()
         except LockError as exc:
-            log.warning("task %s (key %s) ended without its lock: %s", self.task_id, self.key, exc)
+            log.warning("task %s (key %s): %s", self.task_id, self.key, exc)
         finally:
+            for lock in self.held:
+                try:
+                    lock.release()
+                except LockError as exc:
+                    log.warning("task %s (key %s): %s", self.task_id, self.key, exc)
             self.held = []
-            try:
-                self.run.release()
-            except LockError as exc:
-                log.warning("task %s: %s", self.task_id, exc)
 
 
 def _retry_delay(retval: Any) -> float:
@@ -138,13 +147,13 @@ def begin(task: Any, request: Any, key: str, opts: TaskOptions, kit: LockKit) ->
     task_id: str = request.id
     run = kit.lock(run_key(task_id), ttl=opts.ttl, auto_renew=True, reentrant=False)
     if not _try(run, opts.wait):
+        if finished(kit, task_id, opts.ttl):
+            report_duplicate(task, key, task_id, task_id, "finished")
+            raise Ignore()
         report_duplicate(task, key, task_id, task_id, "running")
         _defer(task, request, key, max(0.5, min(opts.ttl / 3, 30.0)))
     guard = Guard(kit, key, task_id, opts, run)
     try:
-        if kit.admin.info(ran_key(task_id)) is not None:
-            report_duplicate(task, key, task_id, task_id, "finished")
-            raise Ignore()
         if opts.once is not None and kit.admin.info(done_key(key)) is not None:
             original = find_done_task_id(kit, key)
             report_duplicate(task, key, task_id, original, "done")

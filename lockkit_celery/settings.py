@@ -106,8 +106,9 @@ def resolve(task: Any, per_call: Mapping[str, Any] | None = None) -> TaskOptions
         once=None if once is None else check_ttl(once, "once"),
         wait=_seconds("wait", got["wait"], zero=True),
         enqueue_ttl=check_ttl(got["enqueue_ttl"], "enqueue_ttl"),
-        # A copy redelivered after the visibility timeout must still find its task finished.
-        remember=max(check_ttl(got["remember"], "remember"), visibility_timeout(task.app)),
+        # A copy redelivered after the visibility timeout must still find its task finished,
+        # and a finished task's run lock must outlast a running one's (see records.py).
+        remember=max(check_ttl(got["remember"], "remember"), visibility_timeout(task.app), 2 * ttl),
     )
 
 
