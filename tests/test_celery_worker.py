@@ -199,3 +199,58 @@ def test_eager_mode_applies_the_same_locks(base: str, app: object) -> None:
     finally:
         celery_app.conf.task_always_eager = False
     assert len(starts(base, "once_sms", 91)) == 1
+
+
+def test_raise_policy_names_the_running_task_and_duplicates_are_counted(
+    base: str, app: object, worker: Worker
+) -> None:
+    from lockkit_celery import TaskLocked, duplicate_counts, task_duplicate
+
+    seen: list[dict[str, object]] = []
+
+    def on_duplicate(sender: object, **info: object) -> None:
+        seen.append(info)
+
+    task_duplicate.connect(on_duplicate, weak=False)
+    try:
+        before = duplicate_counts().get(("sms", "enqueued"), 0)
+        first = app.sms.delay(101, seconds=2.0)  # type: ignore[attr-defined]
+        with pytest.raises(TaskLocked) as refused:
+            app.sms.apply_async((101,), {"seconds": 2.0}, lockkit={"on_duplicate": "raise"})  # type: ignore[attr-defined]
+        assert refused.value.task_id == first.id
+        assert app.sms.delay(101, seconds=2.0).id == first.id  # type: ignore[attr-defined]
+        assert duplicate_counts()[("sms", "enqueued")] == before + 2
+        assert [s["original_id"] for s in seen] == [first.id, first.id]
+        assert first.get(timeout=30) == 101
+    finally:
+        task_duplicate.disconnect(on_duplicate)
+    assert len(starts(base, "sms", 101)) == 1
+
+
+def test_send_task_duplicates_are_stopped_by_the_worker(
+    base: str, app: object, worker: Worker
+) -> None:
+    celery_app = app.app  # type: ignore[attr-defined]
+    first = celery_app.send_task("sms", (102,), {"seconds": 2.0})
+    time.sleep(0.5)
+    second = celery_app.send_task("sms", (102,), {"seconds": 2.0})
+    assert first.id != second.id  # send_task bypasses the task class: no enqueue lock
+    assert first.get(timeout=30) == 102
+    wait_for(lambda: "duplicate busy" in worker.log_text(), 20, "the worker to skip the copy")
+    time.sleep(1.0)
+    assert len(starts(base, "sms", 102)) == 1
+
+
+def test_countdown_keeps_the_enqueue_lock_until_the_task_runs(
+    base: str, app: object, worker: Worker
+) -> None:
+    sent = time.time()
+    first = app.sms.apply_async((103,), {"seconds": 0.2}, countdown=2.0)  # type: ignore[attr-defined]
+    time.sleep(1.0)
+    again = app.sms.delay(103, seconds=0.2)  # type: ignore[attr-defined]
+    assert again.id == first.id
+    assert first.get(timeout=30) == 103
+    time.sleep(1.0)
+    runs = starts(base, "sms", 103)
+    assert len(runs) == 1
+    assert float(runs[0]["at"]) >= sent + 1.9  # type: ignore[arg-type]
