@@ -36,10 +36,12 @@ honours, derived from the same key, so a resend is a no-op there::
 
 A lease (``ttl``, 30 s by default) bounds how long a dead worker blocks the key; a worker that is
 stopped longer than that (SIGSTOP, a frozen VM) can lose its lock while it still runs.
+Two beats (for availability) schedule once with ``BeatLock(app).install()``.
 Skipped duplicates are logged (logger ``lockkit.celery``), counted
 (:func:`duplicate_counts`) and sent as the :data:`task_duplicate` signal.
 """
 
+from .beat import BeatLock
 from .duplicates import duplicate_counts, task_duplicate
 from .errors import TaskLocked
 from .keys import TaskKey, canonical_json
@@ -48,6 +50,7 @@ from .startup import check_app
 from .task import LockedTask, locked_task
 
 __all__ = [
+    "BeatLock",
     "LockedTask",
     "TaskKey",
     "TaskLocked",

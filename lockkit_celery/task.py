@@ -30,6 +30,7 @@ class LockedTask(Task):  # type: ignore[misc]
     ``lockkit_on_duplicate``, ``lockkit_enqueue_lock``, ``lockkit_once``, ``lockkit_wait``,
     ``lockkit_enqueue_ttl``, ``lockkit_remember``, ``lockkit_enabled``), app settings of the
     same names, or per call ``apply_async(lockkit={"once": 600})``. See the package docstring.
+    Calling the task as a function (``send_sms(7)``) runs it here, without locks.
     """
 
     abstract = True
@@ -87,10 +88,12 @@ class LockedTask(Task):  # type: ignore[misc]
         if HEADER in headers:  # a retry or a deferred copy: it already holds its lock
             return publish(task_id, headers)
         opts = resolve(self, per_call)
-        record: dict[str, Any] = {"opts": dict(per_call)} if per_call else {}
+        key = self.lockkit_key_for(args, kwargs, per_call) if opts.enabled else ""
+        record: dict[str, Any] = {}
+        if per_call:  # the worker needs this call's options and key (never a callable)
+            record = {"key": key, "opts": {k: v for k, v in per_call.items() if k != "key"}}
         if not opts.enabled or not opts.enqueue_lock:
             return publish(task_id, {**headers, HEADER: record} if record else headers)
-        key = self.lockkit_key_for(args, kwargs, per_call)
         kit = kit_for(self.app)
         # In a canvas the caller already holds a result id of its own for this step.
         canvas = ("chain", "group_id", "chord")
