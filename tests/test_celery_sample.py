@@ -13,9 +13,11 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(180)]
 
 
-def test_sample_sends_one_sms_per_order() -> None:
+@pytest.mark.parametrize("mode", ["redis", "embedded"])
+def test_sample_sends_one_sms_per_order(mode: str) -> None:
+    flags = ["--embedded"] if mode == "embedded" else []
     done = subprocess.run(
-        [sys.executable, "-m", "sample_projects.celery_sms"],
+        [sys.executable, "-m", "sample_projects.celery_sms", *flags],
         check=False, cwd=ROOT, capture_output=True, text=True, timeout=150,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
