@@ -6,6 +6,7 @@ One worker serves the whole module. Every test fails with the locks turned off
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import time
@@ -45,6 +46,7 @@ def worker(base: str, app: object, tmp_path_factory: pytest.TempPathFactory) -> 
         yield w
     finally:
         w.close()
+        gc.collect()  # results unsubscribe from the result backend while it still runs
 
 
 def starts(base: str, task: str, order_id: int) -> list[dict[str, object]]:
@@ -254,3 +256,21 @@ def test_countdown_keeps_the_enqueue_lock_until_the_task_runs(
     runs = starts(base, "sms", 103)
     assert len(runs) == 1
     assert float(runs[0]["at"]) >= sent + 1.9  # type: ignore[arg-type]
+
+
+def test_per_call_key_and_retry_policy_serialise_instead_of_dropping(
+    base: str, app: object, worker: Worker
+) -> None:
+    from lockkit_celery import kit_for
+
+    options = {"key": "custom:105", "on_duplicate": "retry"}
+    first = app.sms.apply_async((105,), {"seconds": 2.0}, lockkit=options)  # type: ignore[attr-defined]
+    wait_for(lambda: starts(base, "sms", 105), 20, "the first run to start")
+    assert kit_for(app.app).admin.info("custom:105") is not None  # type: ignore[attr-defined]
+    second = app.sms.apply_async((105,), {"seconds": 2.0}, lockkit=options)  # type: ignore[attr-defined]
+    assert second.id != first.id  # "retry" queues the duplicate; the worker runs it later
+    assert first.get(timeout=30) == 105
+    assert second.get(timeout=40) == 105
+    runs, done = starts(base, "sms", 105), ends(base, "sms", 105)
+    assert len(runs) == 2
+    assert float(runs[1]["at"]) >= float(done[0]["at"])  # type: ignore[arg-type]
