@@ -176,9 +176,11 @@ def begin(task: Any, request: Any, key: str, opts: TaskOptions, kit: LockKit) ->
         record.update(key=key, owner=lock.owner)
         request.headers = {**headers, HEADER: record}
     except BaseException:
-        for lock in guard.held:
-            lock.release()
-        run.release()
+        for lock in [*guard.held, run]:
+            try:
+                lock.release()
+            except LockError as exc:  # the error on the way out is the one to report
+                log.warning("task %s (key %s): %s", task_id, key, exc)
         raise
     return guard
 
