@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from lockkit_core import LockKit
 from lockkit_core.testing import RedisServer
 
 HERE = Path(__file__).resolve().parent
@@ -57,6 +58,14 @@ def test_one_beat_schedules_and_a_standby_takes_over(
         start = _sent(client)
         time.sleep(3.0)
         assert _sent(client) - start >= 3, "the standby beat did not take over"
+        # A beat that loses its lock stops instead of scheduling beside a new holder.
+        standby = next(b for b in beats if b is not holder)
+        kit = LockKit(f"{base}/3", namespace="beattest")
+        try:
+            assert kit.admin.force_release("celery-beat")
+        finally:
+            kit.close()
+        standby.wait(10)
     finally:
         for b in beats:
             if b.poll() is None:
