@@ -1,18 +1,26 @@
 """Per-task overhead of ``LockedTask`` against a plain task, celery-once and celery-singleton.
 
-``scripts/bench-celery [--tasks N]``. Starts its own redis-server, used as every contender's
-lock store. Each task is called with a fresh argument (no duplicates), in Celery's eager
-mode, so a task costs its enqueue-time and run-time lock work and nothing else: no broker
-round trip or worker scheduling hides or pads it. The lock operations are the ones a real
-worker makes (eager mode goes through the same code). Prints a table of microseconds per
-task (median of the rounds) and the overhead over the plain task.
+``scripts/bench-celery [--tasks N] [--rounds N] [--worker]``. Starts its own redis-server,
+used as every contender's lock store. Each task is called with a fresh argument (no
+duplicates). By default in Celery's eager mode, so a task costs its enqueue-time and
+run-time lock work and nothing else: no broker round trip or worker scheduling hides or pads
+it (eager mode goes through the same lock code as a worker). With ``--worker``, end to end:
+the tasks are published to a Redis broker and run by one real worker (``--pool=solo``); a
+round is the time from the first publish until the worker has run them all. Prints
+microseconds per task (median of the rounds) and the overhead over the plain task.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from celery import Celery
@@ -73,13 +81,59 @@ def _round(task: Any, start: int, count: int) -> float:
     return (time.perf_counter() - began) / count
 
 
+def _worker_rounds(base: str, tasks: int, rounds: int) -> dict[str, float | None]:
+    os.environ["BENCH_REDIS"] = base
+    here = Path(__file__).resolve().parent
+    sys.path.insert(0, str(here))
+    import celery_worker_app as bench
+    import redis
+
+    env = {**os.environ, "PYTHONPATH": str(here)}
+    log = Path(tempfile.gettempdir()) / "lockkit-bench-celery-worker.log"
+    with log.open("wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "celery_worker_app", "worker",
+             "--pool=solo", "-l", "warning", "--without-gossip", "--without-mingle",
+             "--without-heartbeat"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    counts = redis.Redis.from_url(f"{base}/3")
+    try:
+        times: dict[str, list[float]] = {name: [] for name in bench.TASKS}
+        for i in range(rounds + 1):  # the first round warms the worker up
+            for name, task in bench.TASKS.items():
+                counter = f"done:{task.name.split('.')[1]}"
+                counts.delete(counter)
+                began = time.perf_counter()
+                for n in range(tasks):
+                    task.delay(i * 10**6 + n)
+                while int(counts.get(counter) or 0) < tasks:
+                    if worker.poll() is not None:
+                        raise RuntimeError("the benchmark worker died; see " + str(log))
+                    time.sleep(0.002)
+                if i:
+                    times[name].append((time.perf_counter() - began) / tasks)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(30)
+        counts.close()
+    names = ["plain task", "lockkit LockedTask", "celery-once QueueOnce",
+             "celery-singleton Singleton"]  # fmt: skip
+    return {n: statistics.median(times[n]) if n in times else None for n in names}
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=500, help="tasks per round (500)")
     parser.add_argument("--rounds", type=int, default=9, help="rounds (9; the median is shown)")
+    parser.add_argument("--worker", action="store_true", help="end to end through a worker")
     args = parser.parse_args(argv)
     with RedisServer() as server:
+        if args.worker:
+            results = _worker_rounds(server.url.rsplit("/", 1)[0], args.tasks, args.rounds)
+            _print(results)
+            return
         contenders = _contenders(server.url)
         live = {name: task for name, task in contenders.items() if task is not None}
         for task in live.values():
@@ -92,6 +146,10 @@ def main(argv: list[str] | None = None) -> None:
         results: dict[str, float | None] = {
             name: statistics.median(rounds[name]) if name in live else None for name in contenders
         }
+    _print(results)
+
+
+def _print(results: dict[str, float | None]) -> None:
     base = results["plain task"]
     assert base is not None
     print(f"{'contender':<28} {'us/task':>9} {'overhead us':>12}")
