@@ -72,7 +72,20 @@ def _seconds(name: str, value: Any, *, zero: bool = False) -> float:
 
 
 def resolve(task: Any, per_call: Mapping[str, Any] | None = None) -> TaskOptions:
-    """The options for one call of ``task``; a bad value is a :class:`ConfigError` naming it."""
+    """The options for one call of ``task``; a bad value is a :class:`ConfigError` naming it.
+
+    Without per-call options the answer is kept on the task: like Celery's own ``task_*``
+    settings, the app's ``lockkit_*`` settings are read when the task is first used.
+    """
+    if not per_call:
+        cached: TaskOptions | None = task.__dict__.get("_lockkit_options")
+        if cached is None:
+            cached = task.__dict__["_lockkit_options"] = _resolve(task, None)
+        return cached
+    return _resolve(task, per_call)
+
+
+def _resolve(task: Any, per_call: Mapping[str, Any] | None) -> TaskOptions:
     conf = task.app.conf
     if per_call:
         unknown = sorted(set(per_call) - set(DEFAULTS) - {"key"})
