@@ -271,6 +271,39 @@ class Lock:
                 self._last = None
         hold.release()
 
+    def hand_off(self, ttl: float | None = None) -> str:
+        """Stop holding the lock here without freeing it, and return its owner token.
+
+        The lease is extended to ``ttl`` seconds (default: the lock's ttl) and no longer
+        renewed by this process, so whoever gets the token (``kit.lock(key, owner=token)``,
+        e.g. the worker that runs a queued task) can adopt it before it runs out. Raises
+        :class:`LockLost` if the lease is already gone, :class:`LockNotOwned` if this
+        handle does not hold the lock or holds it re-entered.
+        """
+        new_ttl = self.ttl if ttl is None else check_ttl(ttl)
+        hold = self._here()
+        if hold is None or hold.count != 1:
+            raise LockNotOwned(
+                self.key,
+                f"cannot hand off {self.key!r}: "
+                + ("not held through this handle" if hold is None else "it is re-entered"),
+            )
+        self.check()
+        hold.extend(new_ttl, raise_on_loss=True)
+        kit = self.kit
+        with kit._holds_lock:
+            if self.reentrant:
+                self._local.use = None
+            else:
+                self._hold = None
+            hold.count = 0
+            hold.active = False  # the watchdog drops inactive holds without a round trip
+            if kit._holds.get(self.full_key) is hold:
+                del kit._holds[self.full_key]
+            if self._last is hold:
+                self._last = None
+        return hold.owner
+
     def extend(self, ttl: float | None = None) -> None:
         """Reset the lease to ``ttl`` seconds (default: the lock's ttl) from now."""
         new_ttl = self.ttl if ttl is None else check_ttl(ttl)

@@ -1,0 +1,164 @@
+"""Per-task overhead of ``LockedTask`` against a plain task, celery-once and celery-singleton.
+
+``scripts/bench-celery [--tasks N] [--rounds N] [--worker]``. Starts its own redis-server,
+used as every contender's lock store. Each task is called with a fresh argument (no
+duplicates). By default in Celery's eager mode, so a task costs its enqueue-time and
+run-time lock work and nothing else: no broker round trip or worker scheduling hides or pads
+it (eager mode goes through the same lock code as a worker). With ``--worker``, end to end:
+the tasks are published to a Redis broker and run by one real worker (``--pool=solo``); a
+round is the time from the first publish until the worker has run them all. Prints
+microseconds per task (median of the rounds) and the overhead over the plain task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+
+from lockkit_celery import locked_task
+from lockkit_core.testing import RedisServer
+
+
+def _contenders(redis_url: str) -> dict[str, Any]:
+    app = Celery("bench", broker="memory://", set_as_current=False)
+    app.conf.update(
+        task_always_eager=True,
+        lockkit_url=redis_url,
+        lockkit_namespace="bench",
+        ONCE={
+            "backend": "celery_once.backends.Redis",
+            "settings": {"url": redis_url, "default_timeout": 60},
+        },
+        singleton_backend_url=redis_url,
+    )
+
+    @app.task(name="plain", shared=False)
+    def plain(n: int) -> int:
+        return n
+
+    @locked_task(app=app, name="lockkit", shared=False)
+    def locked(n: int) -> int:
+        return n
+
+    found: dict[str, Any] = {"plain task": plain, "lockkit LockedTask": locked}
+    try:
+        from celery_once import QueueOnce
+
+        @app.task(name="once", base=QueueOnce, shared=False)
+        def once(n: int) -> int:
+            return n
+
+        found["celery-once QueueOnce"] = once
+    except ImportError:
+        found["celery-once QueueOnce"] = None
+    try:
+        from celery_singleton import Singleton
+
+        @app.task(name="singleton", base=Singleton, shared=False)
+        def singleton(n: int) -> int:
+            return n
+
+        found["celery-singleton Singleton"] = singleton
+    except ImportError:
+        found["celery-singleton Singleton"] = None
+    return found
+
+
+def _round(task: Any, start: int, count: int) -> float:
+    began = time.perf_counter()
+    for n in range(start, start + count):
+        task.delay(n)
+    return (time.perf_counter() - began) / count
+
+
+def _worker_rounds(base: str, tasks: int, rounds: int) -> dict[str, float | None]:
+    os.environ["BENCH_REDIS"] = base
+    here = Path(__file__).resolve().parent
+    sys.path.insert(0, str(here))
+    import celery_worker_app as bench
+    import redis
+
+    env = {**os.environ, "PYTHONPATH": str(here)}
+    log = Path(tempfile.gettempdir()) / "lockkit-bench-celery-worker.log"
+    with log.open("wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "celery_worker_app", "worker",
+             "--pool=solo", "-l", "warning", "--without-gossip", "--without-mingle",
+             "--without-heartbeat"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    counts = redis.Redis.from_url(f"{base}/3")
+    try:
+        times: dict[str, list[float]] = {name: [] for name in bench.TASKS}
+        for i in range(rounds + 1):  # the first round warms the worker up
+            for name, task in bench.TASKS.items():
+                counter = f"done:{task.name.split('.')[1]}"
+                counts.delete(counter)
+                began = time.perf_counter()
+                for n in range(tasks):
+                    task.delay(i * 10**6 + n)
+                while int(counts.get(counter) or 0) < tasks:
+                    if worker.poll() is not None:
+                        raise RuntimeError("the benchmark worker died; see " + str(log))
+                    time.sleep(0.002)
+                if i:
+                    times[name].append((time.perf_counter() - began) / tasks)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(30)
+        counts.close()
+    names = ["plain task", "lockkit LockedTask", "celery-once QueueOnce",
+             "celery-singleton Singleton"]  # fmt: skip
+    return {n: statistics.median(times[n]) if n in times else None for n in names}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=500, help="tasks per round (500)")
+    parser.add_argument("--rounds", type=int, default=9, help="rounds (9; the median is shown)")
+    parser.add_argument("--worker", action="store_true", help="end to end through a worker")
+    args = parser.parse_args(argv)
+    with RedisServer() as server:
+        if args.worker:
+            results = _worker_rounds(server.url.rsplit("/", 1)[0], args.tasks, args.rounds)
+            _print(results)
+            return
+        contenders = _contenders(server.url)
+        live = {name: task for name, task in contenders.items() if task is not None}
+        for task in live.values():
+            _round(task, 0, 100)  # warm up connections and scripts
+        # Rounds interleave the contenders, so a burst of load elsewhere hits them alike.
+        rounds: dict[str, list[float]] = {name: [] for name in live}
+        for i in range(args.rounds):
+            for name, task in live.items():
+                rounds[name].append(_round(task, (i + 1) * 10**6, args.tasks))
+        results: dict[str, float | None] = {
+            name: statistics.median(rounds[name]) if name in live else None for name in contenders
+        }
+    _print(results)
+
+
+def _print(results: dict[str, float | None]) -> None:
+    base = results["plain task"]
+    assert base is not None
+    print(f"{'contender':<28} {'us/task':>9} {'overhead us':>12}")
+    for name, per_task in results.items():
+        if per_task is None:
+            print(f"{name:<28} {'not installed (uv sync --group bench-celery)':>22}")
+            continue
+        print(f"{name:<28} {per_task * 1e6:9.0f} {(per_task - base) * 1e6:12.0f}")
+
+
+if __name__ == "__main__":
+    main()

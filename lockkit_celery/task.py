@@ -1,0 +1,189 @@
+"""``LockedTask`` and ``@locked_task``: Celery tasks that do not run twice for one key."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from celery import Celery, Task, shared_task
+from celery.exceptions import Ignore, Reject, Retry
+from celery.result import AsyncResult
+
+from lockkit_core import ConfigError
+from lockkit_core.config import UNSET
+
+from .enqueue import HEADER, delay_of, enqueue
+from .keys import TaskKey
+from .run import Guard, begin
+from .settings import DEFAULTS, ON_DUPLICATE, kit_for, resolve
+
+__all__ = ["LockedTask", "locked_task"]
+
+_GUARD = "lockkit_guard"
+
+
+class LockedTask(Task):  # type: ignore[misc]
+    """A task whose calls are locked by key, at enqueue and while it runs.
+
+    Options are class attributes (``lockkit_key``, ``lockkit_unique_on``, ``lockkit_ttl``,
+    ``lockkit_on_duplicate``, ``lockkit_enqueue_lock``, ``lockkit_once``, ``lockkit_wait``,
+    ``lockkit_enqueue_ttl``, ``lockkit_remember``, ``lockkit_enabled``), app settings of the
+    same names, or per call ``apply_async(lockkit={"once": 600})``. See the package docstring.
+    Calling the task as a function (``send_sms(7)``) runs it here, without locks.
+    """
+
+    abstract = True
+    lockkit_key: str | Callable[..., str] | None = None
+    lockkit_unique_on: Iterable[str] | None = None
+    lockkit_enabled: Any = UNSET
+    lockkit_ttl: Any = UNSET
+    lockkit_on_duplicate: Any = UNSET
+    lockkit_enqueue_lock: Any = UNSET
+    lockkit_once: Any = UNSET
+    lockkit_wait: Any = UNSET
+    lockkit_enqueue_ttl: Any = UNSET
+    lockkit_remember: Any = UNSET
+    _lockkit_keys: TaskKey | None = None
+
+    def lockkit_key_for(
+        self, args: Any, kwargs: Any, per_call: Mapping[str, Any] | None = None
+    ) -> str:
+        """The lock key of a call with ``args`` and ``kwargs``."""
+        if per_call and per_call.get("key") is not None:
+            key = per_call["key"]
+            return TaskKey(self.name, self.run, key)(args, kwargs) if callable(key) else key
+        keys = self._lockkit_keys
+        if keys is None or keys.name != self.name:
+            keys = TaskKey(self.name, self.run, self.lockkit_key, self.lockkit_unique_on)
+            type(self)._lockkit_keys = keys
+        return keys(args, kwargs)
+
+    def apply_async(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        task_id: str | None = None,
+        producer: Any = None,
+        link: Any = None,
+        link_error: Any = None,
+        shadow: Any = None,
+        **options: Any,
+    ) -> AsyncResult:
+        """Publish the call unless its key is taken; then answer with the task that took it.
+
+        ``lockkit={...}`` overrides options for this call. A duplicate that carries callbacks
+        (``link``, ``link_error``, the rest of a chain) or belongs to a group or chord raises
+        :class:`TaskLocked` instead: the callbacks cannot join the queued task and the canvas
+        already handed out its own result id, so neither is dropped silently.
+        """
+        per_call = options.pop("lockkit", None)
+        headers = dict(options.pop("headers", None) or {})
+        parent = super().apply_async
+
+        def publish(tid: str | None, hdrs: dict[str, Any]) -> AsyncResult:
+            return parent(args, kwargs, tid, producer, link, link_error, shadow,
+                          headers=hdrs, **options)  # fmt: skip
+
+        if HEADER in headers:  # a retry or a deferred copy: it already holds its lock
+            return publish(task_id, headers)
+        opts = resolve(self, per_call)
+        key = self.lockkit_key_for(args, kwargs, per_call) if opts.enabled else ""
+        record: dict[str, Any] = {}
+        if per_call:  # the worker needs this call's options and key (never a callable)
+            record = {"key": key, "opts": {k: v for k, v in per_call.items() if k != "key"}}
+        if not opts.enabled or not opts.enqueue_lock:
+            return publish(task_id, {**headers, HEADER: record} if record else headers)
+        kit = kit_for(self.app)
+        # In a canvas the caller already holds a result id of its own for this step.
+        canvas = ("chain", "group_id", "chord")
+        callbacks = bool(link or link_error or any(options.get(name) for name in canvas))
+        return enqueue(self, kit, key, opts, task_id, headers, delay_of(options),
+                       lambda tid, hdrs: publish(tid, _merge(hdrs, record)),
+                       callbacks=callbacks)  # fmt: skip
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        request = self.request
+        if request.id is None or request.called_directly:
+            return super().__call__(*args, **kwargs)
+        headers = request.headers if isinstance(request.headers, dict) else {}
+        record = headers.get(HEADER) or {}
+        opts = resolve(self, record.get("opts"))
+        if not opts.enabled:
+            return self.run(*args, **kwargs)
+        key = record.get("key") or self.lockkit_key_for(args, kwargs, record.get("opts"))
+        guard = begin(self, request, key, opts, kit_for(self.app))
+        setattr(request, _GUARD, guard)
+        try:
+            # The tracer has pushed this request already (Task.__call__ would push another).
+            result = self.run(*args, **kwargs)
+        except Retry as exc:
+            _finish(request, "RETRY", exc)  # Celery skips after_return on a retry
+            raise
+        except (Ignore, Reject) as exc:
+            _finish(request, "IGNORED", exc)
+            raise
+        guard.succeeded()
+        return result
+
+    def after_return(
+        self, status: str, retval: Any, task_id: str, args: Any, kwargs: Any, einfo: Any
+    ) -> None:
+        """Release the task's locks once its result is stored (see :mod:`lockkit_celery.run`)."""
+        _finish(self.request, status, retval)
+        super().after_return(status, retval, task_id, args, kwargs, einfo)
+
+
+def _finish(request: Any, status: str, retval: Any) -> None:
+    guard: Guard | None = getattr(request, _GUARD, None)
+    if guard is not None:
+        setattr(request, _GUARD, None)
+        guard.finish(status, retval)
+
+
+def _merge(headers: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    if not record:
+        return headers
+    return {**headers, HEADER: {**headers.get(HEADER, {}), **record}}
+
+
+def locked_task(
+    *args: Any,
+    key: str | Callable[..., str] | None = None,
+    unique_on: Iterable[str] | str | None = None,
+    ttl: Any = UNSET,
+    on_duplicate: Any = UNSET,
+    enqueue_lock: Any = UNSET,
+    once: Any = UNSET,
+    wait: Any = UNSET,
+    app: Celery | None = None,
+    **task_options: Any,
+) -> Any:
+    """``@locked_task`` or ``@locked_task(unique_on=["order_id"], once=86400, ...)``.
+
+    Wraps ``app.task`` (with ``app=``) or ``shared_task``; other keyword arguments go to it.
+    A ``key`` template or ``unique_on`` that names a non-parameter fails here, at decoration.
+    """
+    options = {"ttl": ttl, "on_duplicate": on_duplicate, "enqueue_lock": enqueue_lock,
+               "once": once, "wait": wait}  # fmt: skip
+    if on_duplicate is not UNSET and on_duplicate not in ON_DUPLICATE:
+        raise ConfigError(f"on_duplicate must be one of {', '.join(ON_DUPLICATE)}, "
+                          f"got {on_duplicate!r}")  # fmt: skip
+    base = task_options.pop("base", LockedTask)
+    if not (isinstance(base, type) and issubclass(base, LockedTask)):
+        raise ConfigError(f"@locked_task(base=...) must be a LockedTask subclass, got {base!r}")
+
+    def decorate(fun: Callable[..., Any]) -> Any:
+        run = functools.partial(fun, None) if task_options.get("bind") else fun
+        TaskKey(fun.__qualname__, run, key, unique_on)  # fails now on a bad key or unique_on
+        attrs = {f"lockkit_{n}": v for n, v in options.items() if v is not UNSET}
+        assert set(options) <= set(DEFAULTS)
+        factory = app.task if app is not None else shared_task
+        return factory(base=base, lockkit_key=key, lockkit_unique_on=unique_on,
+                       **attrs, **task_options)(fun)  # fmt: skip
+
+    if len(args) == 1 and callable(args[0]):
+        return decorate(args[0])
+    if args:
+        raise TypeError("use @locked_task or @locked_task(key=..., ...), with keywords only")
+    return decorate

@@ -1,0 +1,96 @@
+"""A real Celery worker process for the test_celery_* tests, and helpers to read its events."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+HERE = Path(__file__).resolve().parent
+
+
+class Worker:
+    """``celery -A celery_app worker --pool=prefork --concurrency=2`` against ``base``."""
+
+    def __init__(self, base: str, log: Path, concurrency: int = 2) -> None:
+        self.base = base
+        self.log = log
+        env = {**os.environ, "LOCKKIT_TEST_REDIS": base, "PYTHONPATH": str(HERE)}
+        self.env = env
+        self._out = log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "celery_app", "worker",
+             "--pool=prefork", f"--concurrency={concurrency}", "-l", "info",
+             "--without-gossip", "--without-mingle", "--without-heartbeat",
+             "-n", f"lockkit-test-{os.getpid()}@%h"],
+            cwd=HERE, env=env, stdout=self._out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while b"ready." not in log.read_bytes():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError("celery worker did not start:\n" + self.log_text()[-3000:])
+            time.sleep(0.1)
+
+    def log_text(self) -> str:
+        """The worker's output so far."""
+        return self.log.read_text(errors="replace")
+
+    def close(self) -> None:
+        """Stop the worker and its pool children."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self._out.close()
+
+
+def events(base: str, task: str | None = None) -> list[dict[str, Any]]:
+    """Every event recorded so far (of ``task``), in order."""
+    client = redis.Redis.from_url(f"{base}/3")
+    found = [json.loads(raw) for raw in client.lrange("events", 0, -1)]
+    client.close()
+    return [e for e in found if task is None or e["task"] == task]
+
+
+def wait_for(check: Any, timeout: float, what: str) -> None:
+    """Poll ``check()`` until true, or fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def producer_main(base: str, start_at: float, calls: int, out: str) -> None:
+    """A producer process: at ``start_at``, enqueue ``sms(7)`` ``calls`` times in mixed
+    styles; write the task ids it got back to ``out``, one a line."""
+    os.environ["LOCKKIT_TEST_REDIS"] = base
+    sys.path.insert(0, str(HERE))
+    import celery_app
+
+    time.sleep(max(0.0, start_at - time.time()))
+    ids = []
+    for i in range(calls):
+        style = i % 4
+        if style == 0:
+            result = celery_app.sms.delay(7)
+        elif style == 1:
+            result = celery_app.sms.delay(order_id=7)
+        elif style == 2:
+            result = celery_app.sms.apply_async(kwargs={"text": "paid", "order_id": 7})
+        else:
+            result = celery_app.sms.apply_async((7, "paid"))
+        ids.append(result.id)
+    Path(out).write_text("\n".join(ids))

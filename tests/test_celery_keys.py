@@ -1,0 +1,75 @@
+"""Task lock keys: one call, one key, whatever the argument style; bad options fail early."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import uuid
+
+import pytest
+from celery import Celery
+
+from lockkit_celery import TaskKey, locked_task
+from lockkit_core import ConfigError
+
+
+def send(order_id: int, phone: str, text: str = "paid", *, urgent: bool = False) -> None: ...
+
+
+def test_same_call_same_key_whatever_the_style() -> None:
+    key = TaskKey("sms", send)
+    calls = [
+        key((7, "+33"), {}),
+        key((7,), {"phone": "+33"}),
+        key((), {"phone": "+33", "order_id": 7}),
+        key((), {"order_id": 7, "phone": "+33", "text": "paid", "urgent": False}),
+        key((7, "+33", "paid"), {"urgent": False}),
+    ]
+    assert len(set(calls)) == 1
+    assert calls[0].startswith("task:sms:")
+    assert key((8, "+33"), {}) != calls[0]
+    assert key((7, "+33"), {"urgent": True}) != calls[0]
+
+
+def test_uuid_date_decimal_key_like_their_text_in_the_worker() -> None:
+    def pay(ref: object, day: object, amount: object) -> None: ...
+
+    key = TaskKey("pay", pay)
+    ref = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    producer = key((ref, datetime.date(2026, 11, 23), decimal.Decimal("9.90")), {})
+    worker = key((str(ref), "2026-11-23", "9.90"), {})
+    assert producer == worker
+
+
+def test_unique_on_keys_only_the_named_arguments() -> None:
+    key = TaskKey("sms", send, unique_on=["order_id"])
+    assert key((7, "+33"), {}) == key((7, "+44"), {"text": "late"})
+    assert key((7, "+33"), {}) != key((8, "+33"), {})
+
+
+def test_template_and_callable_keys() -> None:
+    assert TaskKey("sms", send, key="sms:{order_id}")((7, "+33"), {}) == "sms:7"
+    by_call = TaskKey("sms", send, key=lambda order_id, *_, **__: f"o{order_id}")
+    assert by_call((7, "x"), {}) == by_call((), {"phone": "x", "order_id": 7}) == "o7"
+
+
+def test_unique_on_a_non_parameter_fails_at_decoration() -> None:
+    app = Celery("keys_test")
+    with pytest.raises(ConfigError, match="order_idx"):
+
+        @locked_task(app=app, unique_on=["order_idx"])
+        def task(order_id: int) -> None: ...
+
+
+def test_unknown_on_duplicate_fails_at_decoration() -> None:
+    with pytest.raises(ConfigError, match="on_duplicate"):
+        locked_task(on_duplicate="ignore")
+
+
+def test_a_bound_task_keys_without_self() -> None:
+    app = Celery("keys_test")
+
+    @locked_task(app=app, bind=True, unique_on=["order_id"], name="bound")
+    def bound(self: object, order_id: int) -> None: ...
+
+    assert bound.lockkit_key_for((7,), {}) == bound.lockkit_key_for((), {"order_id": 7})
