@@ -45,10 +45,13 @@ __all__ = [
 
 
 def derived_task_id(kit: LockKit, key: str, token: int | None) -> str | None:
-    """The task id of the grant ``token`` of ``key`` on this store (None without a token)."""
+    """The task id of the grant ``token`` of ``key`` on this store (None without a token).
+
+    It depends on the namespace, key and token only, never on how the store's URL is spelled,
+    so producers that name one server differently agree on it."""
     if token is None:
         return None
-    name = f"lockkit|{kit.backend.describe()}|{kit.namespace}|{key}|{token}"
+    name = f"lockkit|{kit.namespace}|{key}|{token}"
     return str(uuid.uuid5(uuid.NAMESPACE_URL, name))
 
 

@@ -10,7 +10,9 @@ import pytest
 from celery import Celery
 
 from lockkit_celery import TaskKey, locked_task
-from lockkit_core import ConfigError
+from lockkit_celery.records import derived_task_id
+from lockkit_core import ConfigError, LockKit
+from lockkit_core.testing.servers import RedisServer
 
 
 def send(order_id: int, phone: str, text: str = "paid", *, urgent: bool = False) -> None: ...
@@ -73,3 +75,21 @@ def test_a_bound_task_keys_without_self() -> None:
     def bound(self: object, order_id: int) -> None: ...
 
     assert bound.lockkit_key_for((7,), {}) == bound.lockkit_key_for((), {"order_id": 7})
+
+
+def test_the_derived_task_id_does_not_depend_on_how_the_store_url_is_spelled(
+    redis_server: RedisServer,
+) -> None:
+    # A producer that names the server by address and one that names it by host name must
+    # agree on the id of the task a lock's grant stands for, or a duplicate would answer an
+    # AsyncResult of a task id that was never published.
+    by_address = LockKit(redis_server.url, namespace="shop")
+    by_name = LockKit(redis_server.url.replace("127.0.0.1", "localhost"), namespace="shop")
+    try:
+        assert by_address.backend.describe() != by_name.backend.describe()
+        assert derived_task_id(by_address, "k", 42) == derived_task_id(by_name, "k", 42)
+        assert derived_task_id(by_address, "k", 42) != derived_task_id(by_address, "k", 43)
+        assert derived_task_id(by_address, "k", 42) != derived_task_id(by_address, "j", 42)
+    finally:
+        by_address.close()
+        by_name.close()
