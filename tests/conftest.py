@@ -1,11 +1,18 @@
-"""Shared fixtures: one real redis-server per test session."""
+"""Shared fixtures: one real redis-server per test session; a ``file://`` store per test.
+
+A test module that defines ``url``, ``kit`` or ``backend`` itself (the redis tests do) uses
+its own; these serve the ``file://`` tests."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from lockkit_core import LockKit
+from lockkit_core.backends.file import FileBackend
+from lockkit_core.registry import create_backend
 from lockkit_core.testing import RedisServer
 
 
@@ -17,3 +24,25 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    """A fresh ``file://`` lock directory."""
+    return f"file://{tmp_path / 'locks'}"
+
+
+@pytest.fixture
+def kit(url: str) -> Iterator[LockKit]:
+    """A kit on :func:`url` that does not renew (tests steer leases themselves)."""
+    with LockKit(url, auto_renew=False) as kit:
+        yield kit
+
+
+@pytest.fixture
+def backend(url: str) -> Iterator[FileBackend]:
+    """The bare ``file://`` backend on :func:`url`."""
+    made = create_backend(url)
+    assert isinstance(made, FileBackend)
+    yield made
+    made.close()

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,19 +29,6 @@ url, key, owner, ttl = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 grant = create_backend(url).adopt(key, owner, ttl)
 print(grant.acquired, grant.token, flush=True)
 """
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"file://{tmp_path / 'locks'}"
-
-
-@pytest.fixture
-def backend(url: str) -> Iterator[FileBackend]:
-    made = create_backend(url)
-    assert isinstance(made, FileBackend)
-    yield made
-    made.close()
 
 
 def adopt_elsewhere(url: str, key: str, owner: str, ttl: float) -> tuple[bool, str]:

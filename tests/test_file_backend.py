@@ -10,7 +10,6 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -85,25 +84,6 @@ print(overlaps, " ".join(map(str, tokens)), flush=True)
 def fence(lock: Lock) -> int:
     assert lock.token is not None
     return lock.token
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"file://{tmp_path / 'locks'}"
-
-
-@pytest.fixture
-def kit(url: str) -> Iterator[LockKit]:
-    with LockKit(url, auto_renew=False) as kit:
-        yield kit
-
-
-@pytest.fixture
-def backend(url: str) -> Iterator[FileBackend]:
-    made = create_backend(url)
-    assert isinstance(made, FileBackend)
-    yield made
-    made.close()
 
 
 # -- configuration ---------------------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,19 +22,6 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="file:// needs f
 OWNER_A = "a" * 32
 OWNER_B = "b" * 32
 OTHER_BOOT = b"11111111-2222-3333-4444-555555555555"
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"file://{tmp_path / 'locks'}"
-
-
-@pytest.fixture
-def backend(url: str) -> Iterator[FileBackend]:
-    made = create_backend(url)
-    assert isinstance(made, FileBackend)
-    yield made
-    made.close()
 
 
 def plant(backend: FileBackend, key: str, boot: bytes, host: bytes) -> None:

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,25 +23,6 @@ from lockkit_core.backends.file.store import peek
 from lockkit_core.registry import create_backend
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="file:// needs fcntl")
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"file://{tmp_path / 'locks'}"
-
-
-@pytest.fixture
-def kit(url: str) -> Iterator[LockKit]:
-    with LockKit(url, auto_renew=False) as kit:
-        yield kit
-
-
-@pytest.fixture
-def backend(url: str) -> Iterator[FileBackend]:
-    made = create_backend(url)
-    assert isinstance(made, FileBackend)
-    yield made
-    made.close()
 
 
 # -- the queue of waiters --------------------------------------------------------------------

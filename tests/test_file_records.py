@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,19 +22,6 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="file:// needs f
 ROOT = Path(__file__).resolve().parents[1]
 OWNER_A = "a" * 32
 OWNER_B = "b" * 32
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"file://{tmp_path / 'locks'}"
-
-
-@pytest.fixture
-def backend(url: str) -> Iterator[FileBackend]:
-    made = create_backend(url)
-    assert isinstance(made, FileBackend)
-    yield made
-    made.close()
 
 
 def records(directory: str) -> list[str]:

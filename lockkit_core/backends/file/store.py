@@ -184,16 +184,7 @@ class RecordStore(Liveness):
     ) -> T | None:
         """Run ``action`` inside ``key``'s critical section; None if ``key`` has no file and
         ``create`` is false. The one place where OS errors become BackendUnavailable."""
-        try:
-            slot = self._enter(key, create, FLOCK_PATIENCE)
-            if slot is None:
-                return None
-            try:
-                return action(slot, *args, **kwargs)
-            finally:
-                self._leave(slot)
-        except OSError as exc:
-            raise self.unavailable(exc, os.path.join(self.directory, file_name(key))) from exc
+        return self._within(key, create, FLOCK_PATIENCE, action, *args, **kwargs)
 
     def locked_briefly(
         self,
@@ -206,8 +197,19 @@ class RecordStore(Liveness):
         """Like :meth:`locked` on an existing file, but :class:`BackendUnavailable` after
         ``patience`` seconds (0: at once) if another thread or process is inside the critical
         section, for callers that must not wait behind one that is stuck."""
+        return self._within(key, False, patience, action, *args, **kwargs)
+
+    def _within(
+        self,
+        key: str,
+        create: bool,
+        patience: float,
+        action: Callable[Concatenate[Slot, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T | None:
         try:
-            slot = self._enter(key, False, patience)
+            slot = self._enter(key, create, patience)
             if slot is None:
                 return None
             try:
