@@ -1,0 +1,3 @@
+"""Routes of the test project (views in djproject.views)."""
+
+urlpatterns: list[object] = []
