@@ -3,9 +3,27 @@
 >>> INSTALLED_APPS = [..., "lockkit_django"]
 >>> LOCKKIT = {"URL": "redis://127.0.0.1:6379/0", "NAMESPACE": "shop"}
 
-Thin over :mod:`lockkit_core`: every lock decision is the core's.
+::
+
+    @lock_view("order:{order_id}", wait=2)
+    def pay(request, order_id): ...
+
+Thin over :mod:`lockkit_core`: every lock decision is the core's. See
+:mod:`lockkit_django.keys` for what a key template may name.
 """
 
 from .conf import get_kit
+from .keys import SOURCES, RequestKeyMissing
+from .problems import PROBLEM_JSON, LockStoreDown, RequestLocked
+from .views import LockViewMixin, lock_view
 
-__all__ = ["get_kit"]
+__all__ = [
+    "PROBLEM_JSON",
+    "SOURCES",
+    "LockStoreDown",
+    "LockViewMixin",
+    "RequestKeyMissing",
+    "RequestLocked",
+    "get_kit",
+    "lock_view",
+]
