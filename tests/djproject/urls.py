@@ -19,4 +19,8 @@ urlpatterns = [
     path("cbv/<str:name>/", views.DecoratedView.as_view()),
     path("mixin/<str:name>/", views.MixinView.as_view()),
     path("amixin/<str:name>/", views.AsyncMixinView.as_view()),
+    path("plain/<str:name>/", views.plain),
+    path("plain-boom/<str:name>/", views.plain_boom),
+    path("plain-stream/<str:name>/", views.plain_stream),
+    path("plain-async/<str:name>/", views.plain_async),
 ]

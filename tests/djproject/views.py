@@ -134,3 +134,33 @@ class AsyncMixinView(LockViewMixin, View):
     async def post(self, request: HttpRequest, name: str) -> JsonResponse:
         info = await asyncio.to_thread(get_kit().admin.info, f"amixin:{name}")
         return JsonResponse({"held": info is not None})
+
+
+def plain(request: HttpRequest, name: str) -> JsonResponse:
+    """No decorator: what the middleware's rule named ``plain:{name}`` does to it."""
+    return JsonResponse({"held": get_kit().admin.info(f"plain:{name}") is not None})
+
+
+def plain_boom(request: HttpRequest, name: str) -> HttpResponse:
+    raise RuntimeError("the view failed")
+
+
+def plain_stream(request: HttpRequest, name: str) -> StreamingHttpResponse:
+    def chunks() -> Iterator[bytes]:
+        for _ in range(2):
+            yield b"held\n" if get_kit().admin.info(f"plain:{name}") else b"free\n"
+
+    return StreamingHttpResponse(chunks())
+
+
+async def plain_async(request: HttpRequest, name: str) -> JsonResponse:
+    info = await asyncio.to_thread(get_kit().admin.info, f"plain:{name}")
+    return JsonResponse({"held": info is not None})
+
+
+def key_from_header(request: HttpRequest, **url_kwargs: object) -> str:
+    return f"plain:{request.headers['X-Name']}"
+
+
+def teapot(request: HttpRequest, exc: Exception) -> HttpResponse:
+    return HttpResponse(f"busy: {exc}", status=418)
