@@ -23,4 +23,6 @@ urlpatterns = [
     path("plain-boom/<str:name>/", views.plain_boom),
     path("plain-stream/<str:name>/", views.plain_stream),
     path("plain-async/<str:name>/", views.plain_async),
+    path("shop/reset", views.shop_reset),
+    path("shop/state", views.shop_state),
 ]

@@ -164,3 +164,22 @@ def key_from_header(request: HttpRequest, **url_kwargs: object) -> str:
 
 def teapot(request: HttpRequest, exc: Exception) -> HttpResponse:
     return HttpResponse(f"busy: {exc}", status=418)
+
+
+@csrf_exempt
+def shop_reset(request: HttpRequest) -> JsonResponse:
+    """A fresh shop: ``n`` orders, each of its own product with one unit in stock."""
+    Order.objects.all().delete()
+    Product.objects.all().delete()
+    ids = []
+    for i in range(int(request.GET["n"])):
+        product = Product.objects.create(name=f"p{i}", stock=1)
+        ids.append(Order.objects.create(product=product).pk)
+    return JsonResponse({"orders": ids})
+
+
+def shop_state(request: HttpRequest) -> JsonResponse:
+    orders = Order.objects.select_related("product").order_by("pk")
+    return JsonResponse(
+        {"orders": [{"payments": o.payments, "stock": o.product.stock} for o in orders]}
+    )
