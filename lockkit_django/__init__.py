@@ -13,6 +13,7 @@ Thin over :mod:`lockkit_core`: every lock decision is the core's. See
 """
 
 from .conf import get_kit
+from .fencing import fenced_update, optimistic_update
 from .keys import SOURCES, RequestKeyMissing
 from .problems import PROBLEM_JSON, LockStoreDown, RequestLocked
 from .views import LockViewMixin, lock_view
@@ -24,6 +25,8 @@ __all__ = [
     "LockViewMixin",
     "RequestKeyMissing",
     "RequestLocked",
+    "fenced_update",
     "get_kit",
     "lock_view",
+    "optimistic_update",
 ]

@@ -13,3 +13,10 @@ class Product(models.Model):
 class Order(models.Model):
     product = models.ForeignKey(Product, on_delete=models.CASCADE)
     payments = models.IntegerField(default=0)
+
+
+class Account(models.Model):
+    balance = models.IntegerField(default=0)
+    fence = models.BigIntegerField(default=0)
+    version = models.IntegerField(default=0)
+    small_fence = models.IntegerField(default=0)
