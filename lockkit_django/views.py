@@ -13,9 +13,11 @@
         lock_key = "order:{order_id}"
         lock_methods = ["POST"]
 
-A busy lock answers 409 ``application/problem+json`` with ``Retry-After``; a store that is
-down answers 503 unless ``fail_open=True``. Async views stay coroutine functions: the lock
-is taken in a worker thread, so waiting never blocks the event loop.
+The view finds its lock in ``request.lockkit_lock`` (``.token`` for
+:func:`~lockkit_django.fenced_update`). A busy lock answers 409 ``application/problem+json``
+with ``Retry-After``; a store that is down answers 503 unless ``fail_open=True``. Async
+views stay coroutine functions: the lock is taken in a worker thread, so waiting never
+blocks the event loop.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any, ClassVar, TypeVar, cast
 
 from django.http import HttpRequest, HttpResponseBase
 
+from lockkit_core import Lock
 from lockkit_core.config import UNSET
 
 from .conf import lockkit_state
@@ -40,6 +43,12 @@ __all__ = ["LockViewMixin", "lock_view", "run_locked", "run_locked_async"]
 V = TypeVar("V", bound=Callable[..., Any])
 _View = Callable[[], HttpResponseBase]
 _AsyncView = Callable[[], Awaitable[HttpResponseBase]]
+
+
+def _expose(request: HttpRequest, lock: Lock | None) -> None:
+    """``request.lockkit_lock``: the held lock (its ``token`` fences writes), or None when
+    the rule failed open."""
+    request.lockkit_lock = lock  # type: ignore[attr-defined]
 
 
 def run_locked(
@@ -55,6 +64,7 @@ def run_locked(
     refusal = rule.take(request, attempt)
     if refusal is not None:
         return refusal
+    _expose(request, attempt.lock if attempt.held else None)
     try:
         response = call()
     except BaseException:
@@ -76,6 +86,7 @@ async def run_locked_async(
     refusal = await asyncio.to_thread(rule.take, request, attempt)
     if refusal is not None:
         return refusal
+    _expose(request, attempt.lock if attempt.held else None)
     try:
         response = await call()
     except BaseException:

@@ -25,8 +25,10 @@ def client() -> Client:
 
 
 def test_the_view_runs_under_its_lock_and_releases_it(client: Client) -> None:
-    response = client.post("/held/a/")
-    assert response.json() == {"held": True}
+    answer = client.post("/held/a/").json()
+    assert answer["held"] is True
+    assert isinstance(answer["token"], int)  # request.lockkit_lock, for fenced writes
+    assert answer["token"] == answer["info"]
     assert get_kit().admin.info("held:a") is None
 
 

@@ -51,7 +51,8 @@ locked_pay = csrf_exempt(lock_view("order:{order_id}")(pay))
 def held(request: HttpRequest, name: str) -> JsonResponse:
     """Reports whether its own lock is held while it runs (it must be)."""
     info = get_kit().admin.info(f"held:{name}")
-    return JsonResponse({"held": info is not None})
+    token = request.lockkit_lock.token  # type: ignore[attr-defined]
+    return JsonResponse({"held": info is not None, "token": token, "info": info and info.token})
 
 
 @csrf_exempt
