@@ -12,7 +12,7 @@ from django.core.signals import setting_changed
 def _on_setting_changed(*, setting: str, **_: Any) -> None:
     from .conf import reset_state
 
-    if setting in ("LOCKKIT", "DEBUG"):
+    if setting == "LOCKKIT":
         reset_state()
 
 

@@ -18,7 +18,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from django.db import connections, transaction
 from django.http import HttpRequest, HttpResponseBase
@@ -29,6 +29,9 @@ from lockkit_core.config import UNSET, check_timeout, check_ttl
 
 from .keys import KeyFunc, RequestKey
 from .problems import LockStoreDown, RequestLocked, problem_response
+
+if TYPE_CHECKING:
+    from .conf import LockKitState
 
 __all__ = ["HTTP_METHODS", "Attempt", "LockRule", "OnBusy", "PathRule", "rule_from_mapping"]
 
@@ -86,7 +89,9 @@ class LockRule:
         """Whether ``request``'s method is one this rule locks."""
         return self.methods is None or request.method in self.methods
 
-    def plan(self, request: HttpRequest, url_kwargs: Mapping[str, Any], state: Any) -> Attempt:
+    def plan(
+        self, request: HttpRequest, url_kwargs: Mapping[str, Any], state: LockKitState
+    ) -> Attempt:
         """The lock for ``request`` (no I/O); raises RequestKeyMissing for a 400."""
         key = self.key.render(request, url_kwargs)
         wait = state.settings.wait if self.wait is UNSET else self.wait

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, TypeVar, cast
 
 from django.http import HttpRequest, HttpResponseBase
 
-from lockkit_core import Lock
+from lockkit_core import ConfigError, Lock
 from lockkit_core.config import UNSET
 
 from .conf import lockkit_state
@@ -157,8 +157,6 @@ class LockViewMixin:
         rule = cls.__dict__.get("_lock_rule")
         if rule is None:
             if cls.lock_key is None:
-                from lockkit_core import ConfigError
-
                 raise ConfigError(f"{cls.__qualname__} uses LockViewMixin but sets no lock_key")
             rule = LockRule(
                 cls.lock_key,

@@ -37,7 +37,7 @@ def test_a_matching_request_runs_under_the_rule_lock(client: Client) -> None:
     assert client.post("/plain/a/").json() == {"held": True}
     assert get_kit().admin.info("plain:a") is None
     assert client.get("/plain/a/").json() == {"held": False}  # METHODS=["POST"]
-    assert client.post("/held/a/").json() == {"held": True}  # no rule: only its decorator
+    assert client.post("/held/a/").json()["held"] is True  # no rule: only its decorator
 
 
 def test_a_busy_rule_answers_409_with_retry_after(client: Client) -> None:

@@ -222,3 +222,16 @@ async def waiting_does_not_block_the_loop() -> None:
         ticker.cancel()
     assert response.json() == {"held": True}
     assert ticks >= 10, f"the loop ran only {ticks} ticks while the view waited 0.5 s"
+
+
+def test_a_mixin_without_a_key_is_a_config_error() -> None:
+    from django.views import View
+
+    from lockkit_core import ConfigError
+    from lockkit_django import LockViewMixin
+
+    class Keyless(LockViewMixin, View):
+        pass
+
+    with pytest.raises(ConfigError, match="sets no lock_key"):
+        Keyless.lock_rule()
