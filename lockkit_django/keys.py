@@ -116,15 +116,20 @@ class RequestKey:
                 )
             return check_key(key)
         values = dict(url_kwargs)
-        user = getattr(request, "user", None)
-        if user is not None and getattr(user, "is_authenticated", False):
-            values["user"] = _User(user)
-        session = getattr(request, "session", None)
-        if session is not None:
-            values["session"] = _Session(session)
-        values["headers"] = request.headers
-        values["query"] = request.GET
-        values["form"] = request.POST
+        # Only the sources the template names are touched: reading request.POST consumes
+        # the body the view may want, and request.user may cost a database query.
+        if "user" in self.fields:
+            user = getattr(request, "user", None)
+            if user is not None and getattr(user, "is_authenticated", False):
+                values["user"] = _User(user)
+        if "session" in self.fields and getattr(request, "session", None) is not None:
+            values["session"] = _Session(request.session)
+        if "headers" in self.fields:
+            values["headers"] = request.headers
+        if "query" in self.fields:
+            values["query"] = request.GET
+        if "form" in self.fields:
+            values["form"] = request.POST
         out: list[str] = []
         for literal, field, spec, conversion in _formatter.parse(self.template):
             out.append(literal)

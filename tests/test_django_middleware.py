@@ -112,3 +112,19 @@ def test_async_requests_are_locked_too() -> None:
 
     with override_settings(LOCKKIT=lockkit()):
         asyncio.run(run())
+
+
+def test_a_key_without_form_fields_leaves_the_body_to_the_view() -> None:
+    from django.http import HttpRequest, HttpResponse
+    from django.test import RequestFactory
+
+    from lockkit_django import lock_view
+
+    @lock_view("body:{query[id]}")
+    def echo(request: HttpRequest) -> HttpResponse:
+        # Raises RawPostDataException if the lock had parsed the multipart body first.
+        return HttpResponse(request.body)
+
+    request = RequestFactory().post("/echo/?id=1", data={"file": "contents"})
+    with override_settings(LOCKKIT={"URL": "memory://body"}):
+        assert b"contents" in echo(request).content
