@@ -65,6 +65,22 @@ def test_a_stream_holds_the_lock_until_closed() -> None:
         assert get_kit().admin.info("plain:d") is None
 
 
+@pytest.mark.django_db(transaction=True)
+def test_under_atomic_requests_the_lock_outlasts_the_commit(client: Client) -> None:
+    from django.db import connections
+    from djproject import views
+
+    views.COMMITS.clear()
+    connections["default"].settings_dict["ATOMIC_REQUESTS"] = True
+    try:
+        response = client.post("/plain-atomic/h/")
+    finally:
+        connections["default"].settings_dict["ATOMIC_REQUESTS"] = False
+    assert response.json() == {"in_atomic": True}
+    assert views.COMMITS == [True]
+    assert get_kit().admin.info("plain:h") is None
+
+
 def test_key_function_wait_and_on_busy_from_dotted_paths() -> None:
     rule = lockkit(
         KEY="callable:djproject.views.key_from_header",

@@ -23,6 +23,7 @@ urlpatterns = [
     path("plain-boom/<str:name>/", views.plain_boom),
     path("plain-stream/<str:name>/", views.plain_stream),
     path("plain-async/<str:name>/", views.plain_async),
+    path("plain-atomic/<str:name>/", views.plain_atomic),
     path("shop/reset", views.shop_reset),
     path("shop/state", views.shop_state),
 ]

@@ -83,7 +83,7 @@ def atomic_write(request: HttpRequest, name: str) -> JsonResponse:
 
     transaction.on_commit(at_commit)
     product = Product.objects.create(name=name, stock=1)
-    return JsonResponse({"product": product.pk, "in_atomic": transaction.get_autocommit()})
+    return JsonResponse({"product": product.pk, "in_atomic": not transaction.get_autocommit()})
 
 
 COMMITS: list[bool] = []
@@ -184,3 +184,11 @@ def shop_state(request: HttpRequest) -> JsonResponse:
     return JsonResponse(
         {"orders": [{"payments": o.payments, "stock": o.product.stock} for o in orders]}
     )
+
+
+@csrf_exempt
+def plain_atomic(request: HttpRequest, name: str) -> JsonResponse:
+    """Under ATOMIC_REQUESTS: records whether the middleware's lock is held at commit."""
+    transaction.on_commit(lambda: COMMITS.append(get_kit().admin.info(f"plain:{name}") is not None))
+    Product.objects.create(name=name, stock=1)
+    return JsonResponse({"in_atomic": not transaction.get_autocommit()})
