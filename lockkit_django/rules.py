@@ -14,6 +14,7 @@ One rule type serves ``@lock_view`` and the middleware's ``PathRule``. The lock 
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -144,7 +145,7 @@ class LockRule:
 
         for alias in atomic:
             # robust=True: a failing callback registered before ours must not skip the release.
-            transaction.on_commit(lambda a=alias: committed(a), using=alias, robust=True)  # type: ignore[misc]
+            transaction.on_commit(functools.partial(committed, alias), using=alias, robust=True)
         return response
 
 
