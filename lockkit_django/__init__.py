@@ -1,1 +1,32 @@
-"""lockkit for Django: not built yet; the adapter arrives on top of lockkit_core."""
+"""lockkit for Django: ``settings.LOCKKIT``, system checks, and locked views.
+
+>>> INSTALLED_APPS = [..., "lockkit_django"]
+>>> LOCKKIT = {"URL": "redis://127.0.0.1:6379/0", "NAMESPACE": "shop"}
+
+::
+
+    @lock_view("order:{order_id}", wait=2)
+    def pay(request, order_id): ...
+
+Thin over :mod:`lockkit_core`: every lock decision is the core's. See
+:mod:`lockkit_django.keys` for what a key template may name.
+"""
+
+from .conf import get_kit
+from .fencing import fenced_update, optimistic_update
+from .keys import SOURCES, RequestKeyMissing
+from .problems import PROBLEM_JSON, LockStoreDown, RequestLocked
+from .views import LockViewMixin, lock_view
+
+__all__ = [
+    "PROBLEM_JSON",
+    "SOURCES",
+    "LockStoreDown",
+    "LockViewMixin",
+    "RequestKeyMissing",
+    "RequestLocked",
+    "fenced_update",
+    "get_kit",
+    "lock_view",
+    "optimistic_update",
+]

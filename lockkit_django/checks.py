@@ -1,0 +1,167 @@
+"""System checks: bad ``settings.LOCKKIT`` surfaces at ``manage.py check`` (and at every
+``runserver`` and ``migrate``), never as a traceback at request time.
+
+=============  ===============================================================
+lockkit.E001   the URL is malformed or names an unknown scheme
+lockkit.E002   the backend's extra is not installed
+lockkit.E003   a malformed setting, option or middleware rule
+lockkit.E004   (``--deploy``) the lock store cannot be reached
+lockkit.W001   ``memory://``: each process has its own locks
+lockkit.W002   a lock ttl shorter than the server's request timeout, without renewal
+lockkit.W003   the default ``file://`` temp directory with ``DEBUG=False``
+=============  ===============================================================
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+
+from lockkit_core import BackendNotInstalled, BackendUnavailable, ConfigError, LockKitError
+from lockkit_core.registry import _check_installed, backend_class
+from lockkit_core.url import parse_url
+
+from .conf import AdapterSettings, lockkit_state, parse_settings
+
+__all__ = ["check_deploy", "check_settings"]
+
+_DOCS = "see the 'Django' section of lockkit's README"
+
+
+def _url_errors(raw: Any) -> list[CheckMessage]:
+    """E001/E002 from the URL alone, so a bad URL is named as such."""
+    url = raw.get("URL") if isinstance(raw, dict) else None
+    if not isinstance(url, str):
+        return []
+    try:
+        scheme = parse_url(url).scheme
+        _check_installed(backend_class(scheme), scheme)
+    except BackendNotInstalled as exc:
+        return [_not_installed(str(exc))]
+    except ConfigError as exc:
+        return [
+            Error(
+                f"LOCKKIT['URL'] is unusable: {exc}",
+                hint="Use a URL such as 'redis://127.0.0.1:6379/0', 'file:///var/lib/"
+                "myapp/locks' or 'memory://'.",
+                id="lockkit.E001",
+            )
+        ]
+    return []
+
+
+def _not_installed(detail: str) -> Error:
+    return Error(
+        f"LOCKKIT['URL'] needs a driver that is not installed: {detail}",
+        hint='Install the extra it names, e.g. pip install "lockkit[redis]".',
+        id="lockkit.E002",
+    )
+
+
+def _request_timeout() -> float | None:
+    """gunicorn's ``--timeout``, when the server says it in ``GUNICORN_CMD_ARGS``."""
+    args = shlex.split(os.environ.get("GUNICORN_CMD_ARGS", ""))
+    for i, arg in enumerate(args):
+        value = None
+        if arg in ("-t", "--timeout") and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--timeout="):
+            value = arg.partition("=")[2]
+        if value is not None:
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _warnings(parsed: AdapterSettings, raw: Any) -> list[CheckMessage]:
+    found: list[CheckMessage] = []
+    scheme = parse_url(parsed.config.url).scheme
+    if scheme == "memory":
+        found.append(
+            Warning(
+                "LOCKKIT['URL'] is memory://: locks are held per process, so the worker "
+                "processes of a deployment (gunicorn, uwsgi, celery) do not exclude each other.",
+                hint="Use redis://... or a shared file:// directory; silence lockkit.W001 only "
+                "for a single-process server or tests.",
+                id="lockkit.W001",
+            )
+        )
+    timeout = _request_timeout()
+    if timeout is not None and not parsed.config.auto_renew:
+        short = [("LOCKKIT['TTL']", parsed.config.ttl)]
+        short += [
+            (f"the middleware rule for {r.path.pattern!r}", r.ttl)
+            for r in parsed.rules
+            if isinstance(r.ttl, float)
+        ]
+        for where, ttl in short:
+            if ttl < timeout:
+                found.append(
+                    Warning(
+                        f"{where} is {ttl:g} s, shorter than the server's request timeout "
+                        f"({timeout:g} s), and AUTO_RENEW is off: a slow request can lose "
+                        "its lock while it still runs.",
+                        hint="Turn AUTO_RENEW on, or make the ttl longer than the request timeout.",
+                        id="lockkit.W002",
+                    )
+                )
+    url_given = isinstance(raw, dict) and any(str(k).upper() == "URL" for k in raw)
+    if scheme == "file" and not url_given and not settings.DEBUG:
+        found.append(
+            Warning(
+                f"lockkit uses its default {parsed.config.url}, under the system temp "
+                "directory: services that see their own /tmp (systemd PrivateTmp, other "
+                "users, containers) share no locks with this one.",
+                hint="Set LOCKKIT['URL'] to a directory every service shares, such as "
+                "'file:///var/lib/myapp/locks', or to a lock server ('redis://...').",
+                id="lockkit.W003",
+            )
+        )
+    return found
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Validate ``settings.LOCKKIT`` (E001-E003) and warn about risky ones (W001-W003)."""
+    raw = getattr(settings, "LOCKKIT", None)
+    url_errors = _url_errors(raw)
+    if url_errors:
+        return url_errors
+    try:
+        parsed = parse_settings(raw)
+        lockkit_state()  # the backend checks its OPTIONS when it is built (no I/O)
+    except ConfigError as exc:
+        return [
+            Error(
+                f"settings.LOCKKIT is invalid: {exc}",
+                hint=f"Fix the setting it names; {_DOCS}.",
+                id="lockkit.E003",
+            )
+        ]
+    return _warnings(parsed, raw)
+
+
+@register(Tags.compatibility, deploy=True)
+def check_deploy(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``check --deploy``: the lock store answers."""
+    if any(message.is_serious() for message in check_settings()):
+        return []  # the settings checks already report what is wrong
+    try:
+        lockkit_state().kit.admin.info("lockkit-deploy-check")
+    except BackendUnavailable as exc:
+        return [
+            Error(
+                f"the lock store cannot be reached: {exc}",
+                hint="Start it, or fix LOCKKIT['URL'] and LOCKKIT['OPTIONS'].",
+                id="lockkit.E004",
+            )
+        ]
+    except LockKitError:
+        return []
+    return []

@@ -1,0 +1,182 @@
+"""``settings.LOCKKIT``: parsed by the core's :class:`~lockkit_core.LockKitConfig`, plus the
+adapter's own keys, into one :class:`LockKitState` per settings value.
+
+::
+
+    LOCKKIT = {
+        "URL": "redis://127.0.0.1:6379/0",   # core: URL NAMESPACE TTL AUTO_RENEW TIMEOUT OPTIONS
+        "NAMESPACE": "shop",
+        "WAIT": 0,                           # seconds a locked view waits before answering 409
+        "RETRY_AFTER": 1,                    # the Retry-After of a 409 or 503
+        "MIDDLEWARE": {"RULES": [{"PATH": r"^/orders/(?P<order_id>\\d+)/pay/$",
+                                  "METHODS": ["POST"], "KEY": "order:{order_id}"}]},
+    }
+
+The state is rebuilt when the setting changes (``setting_changed``, so ``override_settings``
+works in tests) and compared with the value it was built from, so a first caller never fixes
+it for everyone after.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import threading
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from django.conf import settings
+
+from lockkit_core import ConfigError, LockKitConfig
+from lockkit_core import LockKit as CoreKit
+from lockkit_core.config import check_timeout
+
+from .rules import PathRule, rule_from_mapping
+
+__all__ = [
+    "ADAPTER_SETTINGS",
+    "CORE_SETTINGS",
+    "AdapterSettings",
+    "LockKitState",
+    "get_kit",
+    "lockkit_state",
+    "parse_settings",
+    "reset_state",
+]
+
+CORE_SETTINGS: Final = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
+ADAPTER_SETTINGS: Final = ("WAIT", "RETRY_AFTER", "MIDDLEWARE")
+
+
+@dataclass(frozen=True)
+class AdapterSettings:
+    """What ``settings.LOCKKIT`` says beyond the core's keys."""
+
+    config: LockKitConfig
+    wait: float | None = 0.0
+    retry_after: int = 1
+    rules: tuple[PathRule, ...] = ()
+
+
+def _retry_after(value: object) -> int:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(float(value)) or float(value) < 0:  # type: ignore[arg-type]
+        raise ConfigError(f"LOCKKIT['RETRY_AFTER'] must be whole seconds >= 0, got {value!r}")
+    return math.ceil(float(value))  # type: ignore[arg-type]
+
+
+def _rules(value: object) -> tuple[PathRule, ...]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            "LOCKKIT['MIDDLEWARE'] must be a dict such as {'RULES': [{'PATH': r'^/pay/', "
+            f"'KEY': 'order:{{order_id}}'}}]}}, got {type(value).__name__}"
+        )
+    unknown = sorted(str(k) for k in value if str(k).upper() != "RULES")
+    if unknown:
+        raise ConfigError(f"unknown LOCKKIT['MIDDLEWARE'] setting {unknown}; known: RULES")
+    rules: object = next((v for k, v in value.items() if str(k).upper() == "RULES"), [])
+    if isinstance(rules, str | bytes | Mapping) or not isinstance(rules, list | tuple):
+        raise ConfigError("LOCKKIT['MIDDLEWARE']['RULES'] must be a list of rule dicts")
+    compiled = []
+    for i, rule in enumerate(rules):
+        where = f"LOCKKIT['MIDDLEWARE']['RULES'][{i}]"
+        if not isinstance(rule, Mapping):
+            raise ConfigError(
+                f"{where} must be a dict with PATH and KEY, got {type(rule).__name__}"
+            )
+        compiled.append(rule_from_mapping(rule, where))
+    return tuple(compiled)
+
+
+def parse_settings(raw: object) -> AdapterSettings:
+    """Validate a ``LOCKKIT`` value; every problem is a :class:`ConfigError` naming it."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(
+            f"settings.LOCKKIT must be a dict such as {{'URL': 'redis://127.0.0.1:6379/0'}}, "
+            f"got {type(raw).__name__}"
+        )
+    core: dict[str, Any] = {}
+    own: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = str(key).upper()
+        if name in ADAPTER_SETTINGS:
+            own[name] = value
+        elif name in CORE_SETTINGS:
+            core[key] = value
+        else:
+            raise ConfigError(
+                f"unknown setting LOCKKIT[{key!r}]; known: "
+                f"{', '.join((*CORE_SETTINGS, *ADAPTER_SETTINGS))}"
+            )
+    config = LockKitConfig.from_mapping(core)
+    return AdapterSettings(
+        config=config,
+        wait=check_timeout(own["WAIT"], "LOCKKIT['WAIT']") if "WAIT" in own else 0.0,
+        retry_after=_retry_after(own["RETRY_AFTER"]) if "RETRY_AFTER" in own else 1,
+        rules=_rules(own["MIDDLEWARE"]) if "MIDDLEWARE" in own else (),
+    )
+
+
+@dataclass
+class LockKitState:
+    """The kit and adapter settings of one ``LOCKKIT`` value, and its refusal counts."""
+
+    settings: AdapterSettings
+    kit: CoreKit
+    counts: Counter[str] = field(default_factory=Counter)
+    _counts_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def count(self, event: str) -> None:
+        """Count a refused or unlocked request (``busy``, ``unavailable``, ``fail_open``)."""
+        with self._counts_lock:
+            self.counts[event] += 1
+
+
+@dataclass
+class _Cache:
+    raw: Any
+    state: LockKitState
+
+
+_cache: _Cache | None = None
+_cache_lock = threading.Lock()
+
+
+def _current_raw() -> Any:
+    return getattr(settings, "LOCKKIT", None)
+
+
+def lockkit_state() -> LockKitState:
+    """The state for the current ``settings.LOCKKIT``, built on first use of that value."""
+    global _cache  # noqa: PLW0603 - a cache keyed by the settings value, never first-wins
+    raw = _current_raw()
+    cache = _cache
+    if cache is not None and cache.raw == raw:
+        return cache.state
+    with _cache_lock:
+        cache = _cache
+        if cache is not None and cache.raw == raw:
+            return cache.state
+        parsed = parse_settings(raw)
+        # A replaced kit is not closed here: requests in flight still release through it;
+        # the core closes its store once the last of its handles is gone.
+        state = LockKitState(parsed, CoreKit(config=parsed.config))
+        _cache = _Cache(copy.deepcopy(raw), state)
+        return state
+
+
+def reset_state(**_: Any) -> None:
+    """Forget the state, so the next request reads ``settings.LOCKKIT`` again."""
+    global _cache  # noqa: PLW0603
+    with _cache_lock:
+        _cache = None
+
+
+def get_kit() -> CoreKit:
+    """The :class:`lockkit_core.LockKit` of ``settings.LOCKKIT``, for locks inside code:
+    ``with get_kit().lock(f"export:{user.pk}", timeout=5): ...``."""
+    return lockkit_state().kit

@@ -1,0 +1,48 @@
+"""Settings of the Django project the lockkit_django tests (and their gunicorn server) run."""
+
+from __future__ import annotations
+
+import os
+
+SECRET_KEY = "lockkit-tests-only"
+DEBUG = True
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "djproject.urls"
+USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "lockkit_django",
+    "djproject",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "lockkit_django.middleware.LockMiddleware",
+]
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("DJPROJECT_DB", ":memory:"),
+        # Two worker processes write: wait for the database lock instead of failing.
+        "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"},
+    }
+}
+
+LOCKKIT = {
+    "URL": os.environ.get("DJPROJECT_LOCKKIT_URL", "memory://djproject"),
+    "MIDDLEWARE": {
+        "RULES": [
+            {
+                "PATH": r"^/mw/orders/(?P<order_id>\d+)/pay/$",
+                "METHODS": ["POST"],
+                "KEY": "order:{order_id}",
+            }
+        ]
+    },
+}
+SILENCED_SYSTEM_CHECKS = ["lockkit.W001"]

@@ -1,0 +1,66 @@
+"""fenced_update and optimistic_update on a real SQLite database with real lock tokens."""
+
+from __future__ import annotations
+
+import pytest
+from djproject.models import Account
+
+from lockkit_core import ConfigError, LockKit, LockNotOwned
+from lockkit_django.fencing import fenced_update, optimistic_update
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_stale_holder_cannot_overwrite_a_newer_holder() -> None:
+    account = Account.objects.create(balance=100)
+    row = Account.objects.filter(pk=account.pk)
+    with LockKit("memory://fence") as kit:
+        stale = kit.lock("account:1", auto_renew=False, reentrant=False)
+        assert stale.acquire()
+        old_token = stale.token
+        assert old_token is not None
+        kit.admin.force_release("account:1")  # its lease ends while it still works
+        with kit.lock("account:1", reentrant=False) as fresh:
+            new_token = fresh.token
+            assert new_token is not None and new_token > old_token
+            assert fenced_update(row, new_token, balance=50)
+        assert not fenced_update(row, old_token, balance=999)  # the stale write is refused
+        with pytest.raises(LockNotOwned):
+            stale.release()
+    account.refresh_from_db()
+    assert (account.balance, account.fence) == (50, new_token)
+
+
+def test_the_same_token_writes_again_only_with_a_newer_one() -> None:
+    row = Account.objects.filter(pk=Account.objects.create().pk)
+    assert fenced_update(row, 10, balance=1)
+    assert not fenced_update(row, 10, balance=2)
+    assert fenced_update(row, 11, balance=3)
+    assert row.get().balance == 3
+
+
+def test_optimistic_update_detects_a_concurrent_write() -> None:
+    row = Account.objects.filter(pk=Account.objects.create().pk)
+    seen = row.get().version
+    assert optimistic_update(row, seen, balance=5)
+    assert not optimistic_update(row, seen, balance=6)  # written since we read it
+    account = row.get()
+    assert (account.balance, account.version) == (5, seen + 1)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda row: fenced_update(row, None, balance=1), "no fencing token"),
+        (lambda row: fenced_update(row, "7", balance=1), "must be an int"),
+        (lambda row: fenced_update(row, 7, fence_field="nope"), "has no field 'nope'"),
+        (lambda row: fenced_update(row, 7, fence_field="small_fence"), "64-bit"),
+        (lambda row: fenced_update(row, 7, fence=3), "leave it out"),
+        (lambda row: optimistic_update(row, True, balance=1), "must be an int"),
+        (lambda row: optimistic_update(row, 1, version_field="rev"), "has no field 'rev'"),
+    ],
+)
+def test_bad_arguments_are_config_errors(call: object, message: str) -> None:
+    row = Account.objects.filter(pk=Account.objects.create().pk)
+    with pytest.raises(ConfigError, match=message):
+        call(row)  # type: ignore[operator]

@@ -1,0 +1,237 @@
+"""@lock_view and LockViewMixin through Django's test clients, on the memory store."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import threading
+import time
+
+import pytest
+from django.db import connections
+from django.test import AsyncClient, Client, override_settings
+from djproject import views
+from djproject.models import Order, Product
+
+from lockkit_core.testing.servers import free_port
+from lockkit_django import PROBLEM_JSON, get_kit
+
+
+@pytest.fixture
+def client() -> Client:
+    return Client(raise_request_exception=False)
+
+
+def test_the_view_runs_under_its_lock_and_releases_it(client: Client) -> None:
+    answer = client.post("/held/a/").json()
+    assert answer["held"] is True
+    assert isinstance(answer["token"], int)  # request.lockkit_lock, for fenced writes
+    assert answer["token"] == answer["info"]
+    assert get_kit().admin.info("held:a") is None
+
+
+def test_a_busy_lock_answers_409_problem_json_with_retry_after(client: Client) -> None:
+    with get_kit().lock("held:b"):
+        response = client.post("/held/b/")
+    assert response.status_code == 409
+    assert response["Content-Type"] == PROBLEM_JSON
+    assert response["Retry-After"] == "1"
+    problem = json.loads(response.content)
+    assert problem["status"] == 409
+    assert problem["lock"] == "held:b"
+    assert "held:b" in problem["detail"]
+    assert client.post("/held/b/").status_code == 200
+
+
+def test_retry_after_follows_the_setting(client: Client) -> None:
+    # get_kit() is called once the override is in force.
+    with (
+        override_settings(LOCKKIT={"URL": "memory://r", "RETRY_AFTER": 7}),
+        get_kit().lock("held:c"),
+    ):
+        response = client.post("/held/c/")
+    assert response["Retry-After"] == "7"
+
+
+@pytest.mark.django_db
+def test_a_waiting_request_gets_the_lock_when_it_is_released(client: Client) -> None:
+    product = Product.objects.create(name="p", stock=1)
+    order = Order.objects.create(product=product)
+    with override_settings(LOCKKIT={"URL": "memory://wait", "WAIT": 5}):
+        lock = get_kit().lock(f"order:{order.pk}", reentrant=False)
+        lock.acquire()
+        threading.Timer(0.3, lock.release).start()
+        started = time.monotonic()
+        response = client.post(f"/orders/{order.pk}/pay/")
+    assert response.json()["paid"] is True
+    assert time.monotonic() - started >= 0.25
+    # WAIT defaults to 0: busy at once
+    with get_kit().lock(f"order:{order.pk}"):
+        assert client.post(f"/orders/{order.pk}/pay/").status_code == 409
+
+
+def test_an_exception_releases_the_lock(client: Client) -> None:
+    assert client.post("/boom/x/").status_code == 500
+    assert get_kit().admin.info("boom:x") is None
+
+
+@pytest.mark.django_db
+def test_a_stream_holds_the_lock_until_it_is_closed(client: Client) -> None:
+    response = client.get("/stream/s/")
+    assert get_kit().admin.info("stream:s") is not None  # the view returned; bytes to come
+    lines = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
+    assert [line["held"] for line in lines] == [True, True, True]
+    response.close()
+    assert get_kit().admin.info("stream:s") is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_under_atomic_requests_the_lock_is_released_after_the_commit(client: Client) -> None:
+    views.COMMITS.clear()
+    # ATOMIC_REQUESTS is read per request from the connection's settings.
+    connections["default"].settings_dict["ATOMIC_REQUESTS"] = True
+    try:
+        response = client.post("/atomic/a/")
+    finally:
+        connections["default"].settings_dict["ATOMIC_REQUESTS"] = False
+    assert response.status_code == 200
+    assert response.json()["in_atomic"] is True  # the view ran inside the request transaction
+    assert views.COMMITS == [True]  # the lock was still held when the data was committed
+    assert get_kit().admin.info("atomic:a") is None
+
+
+@pytest.mark.django_db
+def test_keys_from_user_session_header_query_and_form(client: Client) -> None:
+    from django.contrib.auth.models import User
+
+    user = User.objects.create_user("ann", password="pw")
+    client.force_login(user)
+    session = client.session
+    session["cart"] = "c9"
+    session.save()
+    response = client.post("/sources/?q=shoes", {"f": "red"}, headers={"X-Tenant": "acme"})
+    assert response.json() == {"keys": [f"src:{user.pk}:c9:acme:shoes:red"]}
+
+
+@pytest.mark.django_db
+def test_a_value_the_client_did_not_send_is_a_400(client: Client) -> None:
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.create_user("bob"))
+    session = client.session
+    session["cart"] = "c1"
+    session.save()
+    response = client.post("/sources/?q=shoes", {"f": "red"})  # no X-Tenant header
+    assert response.status_code == 400
+    assert response["Content-Type"] == PROBLEM_JSON
+    assert "X-Tenant" in json.loads(response.content)["detail"]
+
+
+def test_an_anonymous_user_key_is_a_400(client: Client) -> None:
+    response = client.post("/sources/?q=s", {"f": "r"}, headers={"X-Tenant": "t"})
+    assert response.status_code == 400
+    assert "signed-in user" in json.loads(response.content)["detail"]
+
+
+def test_a_key_function_and_methods(client: Client) -> None:
+    assert client.post("/by-function/?who=zoe").json() == {"keys": ["func:zoe"]}
+    with get_kit().lock("func:zoe"):
+        assert client.post("/by-function/?who=zoe").status_code == 409
+        assert client.get("/by-function/?who=zoe").status_code == 200  # GET does not lock
+
+
+def test_store_down_is_503_unless_the_rule_fails_open(
+    client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    dead = {"URL": f"redis://127.0.0.1:{free_port()}/0", "OPTIONS": {"socket_timeout": 0.5}}
+    with override_settings(LOCKKIT=dead), caplog.at_level(logging.WARNING, "lockkit.django"):
+        response = client.post("/held/down/")
+        assert response.status_code == 503
+        assert response["Retry-After"] == "1"
+        assert response["Content-Type"] == PROBLEM_JSON
+        assert any("503" in r.getMessage() for r in caplog.records)
+
+        from lockkit_django import lock_view
+
+        def view(request: object) -> object:
+            from django.http import HttpResponse
+
+            return HttpResponse("ran")
+
+        from django.test import RequestFactory
+
+        request = RequestFactory().post("/x/")
+        opened = lock_view("open", fail_open=True)(view)(request)
+        assert opened.status_code == 200
+        assert any("WITHOUT its lock" in r.getMessage() for r in caplog.records)
+
+
+def test_class_based_views_with_method_decorator_and_mixin(client: Client) -> None:
+    assert client.post("/cbv/a/").json() == {"held": True}
+    assert client.get("/cbv/a/").json() == {"held": False}  # methods=["POST"]
+    assert client.post("/mixin/a/").json() == {"held": True}
+    with get_kit().lock("mixin:a"), get_kit().lock("cbv:a"):
+        assert client.post("/mixin/a/").status_code == 409
+        assert client.post("/cbv/a/").status_code == 409
+    assert get_kit().admin.info("mixin:a") is None
+
+
+def test_async_views_stay_coroutine_functions() -> None:
+    assert inspect.iscoroutinefunction(views.async_view)
+    assert views.AsyncMixinView.view_is_async
+
+
+def test_async_views_lock_and_answer_409() -> None:
+    asyncio.run(async_views_lock_and_answer_409())
+
+
+async def async_views_lock_and_answer_409() -> None:
+    client = AsyncClient()
+    assert (await client.post("/async/a/")).json() == {"held": True}
+    assert (await client.post("/amixin/a/")).json() == {"held": True}
+    lock = get_kit().lock("amixin:b", reentrant=False)
+    await asyncio.to_thread(lock.acquire)
+    try:
+        assert (await client.post("/amixin/b/")).status_code == 409
+    finally:
+        await asyncio.to_thread(lock.release)
+
+
+def test_waiting_for_a_lock_does_not_block_the_event_loop() -> None:
+    asyncio.run(waiting_does_not_block_the_loop())
+
+
+async def waiting_does_not_block_the_loop() -> None:
+    lock = get_kit().lock("slow:w", reentrant=False)
+    await asyncio.to_thread(lock.acquire)
+    threading.Timer(0.5, lock.release).start()
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticker = asyncio.create_task(tick())
+    try:
+        response = await AsyncClient().post("/async/w/")  # waits up to 5 s for the lock
+    finally:
+        ticker.cancel()
+    assert response.json() == {"held": True}
+    assert ticks >= 10, f"the loop ran only {ticks} ticks while the view waited 0.5 s"
+
+
+def test_a_mixin_without_a_key_is_a_config_error() -> None:
+    from django.views import View
+
+    from lockkit_core import ConfigError
+    from lockkit_django import LockViewMixin
+
+    class Keyless(LockViewMixin, View):
+        pass
+
+    with pytest.raises(ConfigError, match="sets no lock_key"):
+        Keyless.lock_rule()
