@@ -23,6 +23,7 @@ class Worker:
         self.base = base
         self.log = log
         env = {**os.environ, "LOCKKIT_TEST_REDIS": base, "PYTHONPATH": str(HERE)}
+        env.pop("DJANGO_SETTINGS_MODULE", None)  # a plain Celery worker, not Django's
         self.env = env
         self._out = log.open("wb")
         self.proc = subprocess.Popen(
