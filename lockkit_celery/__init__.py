@@ -35,7 +35,10 @@ honours, derived from the same key, so a resend is a no-op there::
         sms.send(phone, text(order_id), idempotency_key=f"payment-sms-{order_id}")
 
 A lease (``ttl``, 30 s by default) bounds how long a dead worker blocks the key; a worker that is
-stopped longer than that (SIGSTOP, a frozen VM) can lose its lock while it still runs.
+stopped longer than that (SIGSTOP, a frozen VM) can lose its lock while it still runs. With
+``app.conf.lockkit_clear_stale_on_start = True`` a worker that becomes ready frees at once the
+run locks that dead processes of its host left (:func:`clear_stale_locks`; off by default, see
+:mod:`lockkit_celery.stale` for when host and pid do not name one process).
 Two beats (for availability) schedule once with ``BeatLock(app).install()``.
 Skipped duplicates are logged (logger ``lockkit.celery``), counted
 (:func:`duplicate_counts`) and sent as the :data:`task_duplicate` signal.
@@ -46,6 +49,7 @@ from .duplicates import duplicate_counts, task_duplicate
 from .errors import TaskLocked
 from .keys import TaskKey, canonical_json
 from .settings import kit_for
+from .stale import clear_stale_locks
 from .startup import check_app
 from .task import LockedTask, locked_task
 
@@ -56,6 +60,7 @@ __all__ = [
     "TaskLocked",
     "canonical_json",
     "check_app",
+    "clear_stale_locks",
     "duplicate_counts",
     "kit_for",
     "locked_task",
