@@ -14,6 +14,8 @@ host):
   member of a group or chord raises :class:`TaskLocked` (``.task_id`` names the running
   task) rather than drop them. ``app.send_task`` does not pass through the task class: its
   calls are deduplicated only by the worker (a duplicate is handled per ``on_duplicate``).
+  With Django, ``delay_on_commit``/``apply_async_on_commit`` take the lock when the
+  transaction commits: a rollback publishes nothing and leaves no lock.
 * **Run**: the worker adopts the lock with the owner token from the message headers and renews
   it while the task runs. A second copy of the same task id (broker redelivery after the
   visibility timeout, a pool child killed with ``acks_late``) never runs beside the first:

@@ -102,6 +102,18 @@ class LockedTask(Task):  # type: ignore[misc]
                        lambda tid, hdrs: publish(tid, _merge(hdrs, record)),
                        callbacks=callbacks)  # fmt: skip
 
+    def delay_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """``delay(...)`` once the current Django transaction commits (at once outside one),
+        like Celery's ``DjangoTask``. The lock is taken at commit: a duplicate is answered then,
+        and a transaction that rolls back publishes nothing and leaves no lock."""
+        self.apply_async_on_commit(args, kwargs)
+
+    def apply_async_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """``apply_async(...)`` once the current Django transaction commits (see above)."""
+        from django.db import transaction  # type: ignore[import-untyped]
+
+        transaction.on_commit(functools.partial(self.apply_async, *args, **kwargs))
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         request = self.request
         if request.id is None or request.called_directly:
