@@ -46,10 +46,11 @@ Skipped duplicates are logged (logger ``lockkit.celery``), counted
 (:func:`duplicate_counts`) and sent as the :data:`task_duplicate` signal.
 """
 
+from lockkit_core.dedupe import TaskKey, canonical_json
+
 from .beat import BeatLock
 from .duplicates import duplicate_counts, task_duplicate
 from .errors import TaskLocked
-from .keys import TaskKey, canonical_json
 from .settings import kit_for
 from .stale import clear_stale_locks
 from .startup import check_app

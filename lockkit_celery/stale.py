@@ -34,8 +34,8 @@ from celery.signals import worker_ready
 
 from lockkit_core import ConfigError, LockError, LockKit
 from lockkit_core.admin import LockInfo
+from lockkit_core.dedupe import derived_task_id, run_key
 
-from .records import derived_task_id, run_key
 from .settings import kit_for, resolve
 from .task import LockedTask
 

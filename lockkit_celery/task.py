@@ -12,9 +12,9 @@ from celery.result import AsyncResult
 
 from lockkit_core import ConfigError
 from lockkit_core.config import UNSET
+from lockkit_core.dedupe import TaskKey
 
 from .enqueue import HEADER, delay_of, enqueue
-from .keys import TaskKey
 from .run import Guard, begin
 from .settings import DEFAULTS, ON_DUPLICATE, kit_for, resolve
 
