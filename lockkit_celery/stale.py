@@ -120,6 +120,10 @@ def clear_stale_locks(app: Celery, host: str | None = None) -> list[str]:
     for task_id, run in stale_runs.items():
         for info in [run, *(i for i in by_task.get(task_id, []) if clearable(i))]:
             try:
+                # Read again: the grant listed must still be the one held, with time to spare.
+                now = kit.admin.info(info.key)
+                if now is None or now.token != info.token or not clearable(now):
+                    continue
                 if kit.admin.force_release(info.key):
                     cleared.append(info.key)
                     log.warning(

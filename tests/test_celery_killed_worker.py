@@ -10,8 +10,12 @@ their own queue with their own workers, as they kill them.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +26,8 @@ from celery_support import Worker, events, wait_for
 
 from lockkit_celery.stale import dead_local_holder, pid_alive
 from lockkit_core.testing import RedisServer
+
+HERE = Path(__file__).resolve().parent
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(240)]
 
@@ -106,32 +112,44 @@ def test_a_live_or_foreign_holder_is_never_dead() -> None:
     assert dead_local_holder(f"{host} pid 999999999", host)
 
 
+def _take_in_a_process_that_exits(base: str, locks: list[tuple[str, float]]) -> None:
+    """Take ``locks`` (key, ttl) in a process that then exits: their holder is this host and a
+    pid that is gone."""
+    code = (
+        "import json, sys, celery_app\n"
+        "from lockkit_celery import kit_for\n"
+        "kit = kit_for(celery_app.app)\n"
+        "for key, ttl in json.loads(sys.argv[1]):\n"
+        "    lock = kit.lock(key, ttl=ttl, auto_renew=False, reentrant=False)\n"
+        "    assert lock.acquire(blocking=False, timeout=0)\n"
+    )
+    env = {**os.environ, "LOCKKIT_TEST_REDIS": base, "PYTHONPATH": str(HERE)}
+    subprocess.run([sys.executable, "-c", code, json.dumps(locks)], check=True, env=env, timeout=60)
+
+
+def _free_all(kit: Any) -> None:
+    for info in kit.admin.list(""):
+        kit.admin.force_release(info.key)
+
+
 def test_clear_stale_locks_leaves_queued_finished_and_live_locks(base: str, app: Any) -> None:
     """A dead producer's enqueue lock (the task is queued, not running), a finished task id's
-    run lock, and a live process's run lock all stay; only a dead holder's running lock goes."""
-    import socket
-    import subprocess
-    import sys
-
+    run lock, and a live process's run lock all stay; a dead holder's running task goes."""
     from lockkit_celery import clear_stale_locks, kit_for
 
     celery = app.app
     kit = kit_for(celery)
-    for info in kit.admin.list(""):
-        kit.admin.force_release(info.key)
-    # Locks taken by a process that then exits: the holder is this host and a dead pid.
-    code = (
-        "import celery_app\n"
-        "from lockkit_celery import kit_for\n"
-        "kit = kit_for(celery_app.app)\n"
-        "for key, ttl in [('run:dead-running', 20), ('run:dead-finished', 86400),\n"
-        "                 ('task:running:1', 20), ('task:running:1:id:dead-running', 20),\n"
-        "                 ('task:queued:1', 3600)]:\n"
-        "    lock = kit.lock(key, ttl=ttl, auto_renew=False, reentrant=False)\n"
-        "    assert lock.acquire(blocking=False, timeout=0)\n"
+    _free_all(kit)
+    _take_in_a_process_that_exits(
+        base,
+        [
+            ("run:dead-running", 20),
+            ("task:running:1", 20),
+            ("task:running:1:id:dead-running", 20),
+            ("run:dead-finished", 86400),
+            ("task:queued:1", 3600),
+        ],
     )
-    env = {**os.environ, "LOCKKIT_TEST_REDIS": base, "PYTHONPATH": str(Path(__file__).parent)}
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
     live = kit.lock("run:live-running", ttl=20, auto_renew=False, reentrant=False)
     assert live.acquire(blocking=False, timeout=0)
     try:
@@ -145,8 +163,24 @@ def test_clear_stale_locks_leaves_queued_finished_and_live_locks(base: str, app:
         assert left == {"run:dead-finished", "task:queued:1", "run:live-running"}
     finally:
         live.release()
-        for info in kit.admin.list(""):
-            kit.admin.force_release(info.key)
+        _free_all(kit)
+
+
+def test_celery_lockkit_clear_stale_prints_what_it_freed(base: str, app: Any) -> None:
+    from lockkit_celery import kit_for
+
+    kit = kit_for(app.app)
+    _free_all(kit)
+    _take_in_a_process_that_exits(base, [("run:cli-dead", 20), ("run:cli-finished", 86400)])
+    env = {**os.environ, "LOCKKIT_TEST_REDIS": base, "PYTHONPATH": str(HERE)}
+    done = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "celery_app", "lockkit", "clear-stale"],
+        check=False, cwd=HERE, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "cleared run:cli-dead"
+    assert {info.key for info in kit.admin.list("")} == {"run:cli-finished"}
+    _free_all(kit)
 
 
 def test_the_setting_must_be_a_bool(app: Any) -> None:
