@@ -14,6 +14,8 @@ host):
   member of a group or chord raises :class:`TaskLocked` (``.task_id`` names the running
   task) rather than drop them. ``app.send_task`` does not pass through the task class: its
   calls are deduplicated only by the worker (a duplicate is handled per ``on_duplicate``).
+  With Django, ``delay_on_commit``/``apply_async_on_commit`` take the lock when the
+  transaction commits: a rollback publishes nothing and leaves no lock.
 * **Run**: the worker adopts the lock with the owner token from the message headers and renews
   it while the task runs. A second copy of the same task id (broker redelivery after the
   visibility timeout, a pool child killed with ``acks_late``) never runs beside the first:
@@ -35,17 +37,22 @@ honours, derived from the same key, so a resend is a no-op there::
         sms.send(phone, text(order_id), idempotency_key=f"payment-sms-{order_id}")
 
 A lease (``ttl``, 30 s by default) bounds how long a dead worker blocks the key; a worker that is
-stopped longer than that (SIGSTOP, a frozen VM) can lose its lock while it still runs.
+stopped longer than that (SIGSTOP, a frozen VM) can lose its lock while it still runs. With
+``app.conf.lockkit_clear_stale_on_start = True`` a worker that becomes ready frees at once the
+run locks that dead processes of its host left (:func:`clear_stale_locks`; off by default, see
+:mod:`lockkit_celery.stale` for when host and pid do not name one process).
 Two beats (for availability) schedule once with ``BeatLock(app).install()``.
 Skipped duplicates are logged (logger ``lockkit.celery``), counted
 (:func:`duplicate_counts`) and sent as the :data:`task_duplicate` signal.
 """
 
+from lockkit_core.dedupe import TaskKey, canonical_json
+
 from .beat import BeatLock
 from .duplicates import duplicate_counts, task_duplicate
 from .errors import TaskLocked
-from .keys import TaskKey, canonical_json
 from .settings import kit_for
+from .stale import clear_stale_locks
 from .startup import check_app
 from .task import LockedTask, locked_task
 
@@ -56,6 +63,7 @@ __all__ = [
     "TaskLocked",
     "canonical_json",
     "check_app",
+    "clear_stale_locks",
     "duplicate_counts",
     "kit_for",
     "locked_task",

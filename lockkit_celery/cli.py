@@ -1,4 +1,4 @@
-"""``celery -A proj lockkit list|info|release``: the core's admin commands on the app's store.
+"""``celery -A proj lockkit list|info|release|check|clear-stale`` on the app's lock store.
 
 Installed through the ``celery.commands`` entry point; the store and namespace are the app's
 (``app.conf.lockkit_url`` ...), so keys are shown as the tasks see them.
@@ -11,6 +11,7 @@ import click
 from lockkit_core.cli import _Settings, info_command, list_command, release_command
 
 from .settings import store_config
+from .stale import clear_stale_locks
 from .startup import check_app
 
 __all__ = ["lockkit"]
@@ -36,6 +37,15 @@ def check_command(ctx: click.Context) -> None:
     if problems:
         ctx.exit(1)
     click.echo("no problems found")
+
+
+@lockkit.command(name="clear-stale")
+@click.pass_context
+def clear_stale_command(ctx: click.Context) -> None:
+    """Free the run locks that dead processes of this host left (what a worker does at start
+    with lockkit_clear_stale_on_start), and print each key freed."""
+    for key in clear_stale_locks(ctx.meta["lockkit_app"]):
+        click.echo(f"cleared {key}")
 
 
 lockkit.add_command(list_command)

@@ -20,16 +20,16 @@ from typing import Any
 from celery.result import AsyncResult
 
 from lockkit_core import LockKit
-
-from .duplicates import report_duplicate
-from .errors import TaskLocked
-from .records import (
+from lockkit_core.dedupe import (
     derived_task_id,
     done_key,
     find_done_task_id,
     find_task_id,
     id_key,
 )
+
+from .duplicates import report_duplicate
+from .errors import TaskLocked
 from .settings import TaskOptions
 
 __all__ = ["HEADER", "delay_of", "enqueue"]

@@ -31,12 +31,7 @@ from typing import Any
 from celery.exceptions import Ignore, Retry
 
 from lockkit_core import LockError, LockKit, LockNotOwned
-from lockkit_core.lock import Lock
-
-from .duplicates import report_duplicate
-from .enqueue import HEADER, delay_of
-from .errors import TaskLocked
-from .records import (
+from lockkit_core.dedupe import (
     derived_task_id,
     done_key,
     find_done_task_id,
@@ -46,6 +41,11 @@ from .records import (
     put_marker,
     run_key,
 )
+from lockkit_core.lock import Lock
+
+from .duplicates import report_duplicate
+from .enqueue import HEADER, delay_of
+from .errors import TaskLocked
 from .settings import TaskOptions
 
 __all__ = ["Guard", "begin"]
@@ -77,7 +77,7 @@ class Guard:
         if not self.finished:
             self.finished = True
             # The run lock, no longer renewed, stays held for ``remember``: a lease longer
-            # than ``ttl`` tells a late copy that the task id finished (see records.py).
+            # than ``ttl`` tells a late copy that the task id finished (see dedupe.records).
             try:
                 self.run.hand_off(self.opts.remember)
             except LockError as exc:  # the result stands; only a late copy is not dropped

@@ -120,7 +120,7 @@ def _resolve(task: Any, per_call: Mapping[str, Any] | None) -> TaskOptions:
         wait=_seconds("wait", got["wait"], zero=True),
         enqueue_ttl=check_ttl(got["enqueue_ttl"], "enqueue_ttl"),
         # A copy redelivered after the visibility timeout must still find its task finished,
-        # and a finished task's run lock must outlast a running one's (see records.py).
+        # and a finished task's run lock must outlast a running one's (see dedupe.records).
         remember=max(check_ttl(got["remember"], "remember"), visibility_timeout(task.app), 2 * ttl),
     )
 

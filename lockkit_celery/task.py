@@ -12,9 +12,9 @@ from celery.result import AsyncResult
 
 from lockkit_core import ConfigError
 from lockkit_core.config import UNSET
+from lockkit_core.dedupe import TaskKey
 
 from .enqueue import HEADER, delay_of, enqueue
-from .keys import TaskKey
 from .run import Guard, begin
 from .settings import DEFAULTS, ON_DUPLICATE, kit_for, resolve
 
@@ -101,6 +101,18 @@ class LockedTask(Task):  # type: ignore[misc]
         return enqueue(self, kit, key, opts, task_id, headers, delay_of(options),
                        lambda tid, hdrs: publish(tid, _merge(hdrs, record)),
                        callbacks=callbacks)  # fmt: skip
+
+    def delay_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """``delay(...)`` once the current Django transaction commits (at once outside one),
+        like Celery's ``DjangoTask``. The lock is taken at commit: a duplicate is answered then,
+        and a transaction that rolls back publishes nothing and leaves no lock."""
+        self.apply_async_on_commit(args, kwargs)
+
+    def apply_async_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """``apply_async(...)`` once the current Django transaction commits (see above)."""
+        from django.db import transaction
+
+        transaction.on_commit(functools.partial(self.apply_async, *args, **kwargs))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         request = self.request

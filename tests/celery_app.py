@@ -2,7 +2,8 @@
 
 Settings come from the environment the fixture sets: ``LOCKKIT_TEST_REDIS`` (a redis URL
 without a database; broker on db 1, results on db 2, locks and recorded events on db 3) and
-``LOCKKIT_TEST_UNLOCKED=1``, which turns every lock off (to see the tests fail without them).
+``LOCKKIT_TEST_UNLOCKED=1``, which turns every lock off (to see the tests fail without them),
+and ``LOCKKIT_TEST_CLEAR_STALE=1``, which turns on ``lockkit_clear_stale_on_start``.
 Each task records what it does in the Redis list ``events`` as JSON, with its pid and time.
 """
 
@@ -27,6 +28,7 @@ app.conf.update(
     lockkit_url=f"{BASE}/3",
     lockkit_namespace="celerytest",
     lockkit_enabled=os.environ.get("LOCKKIT_TEST_UNLOCKED") != "1",
+    lockkit_clear_stale_on_start=os.environ.get("LOCKKIT_TEST_CLEAR_STALE") == "1",
     broker_transport_options={
         "visibility_timeout": VISIBILITY_TIMEOUT,
         "unacked_restore_interval": 0.5,
@@ -111,4 +113,22 @@ def slow_acks_late(order_id: int, seconds: float = 7.0) -> int:
     record("start", "slow_acks_late", order_id=order_id)
     time.sleep(seconds)
     record("end", "slow_acks_late", order_id=order_id)
+    return order_id
+
+
+#: The queue of ``whole_worker``, served only by the workers its tests start and kill.
+WHOLE_WORKER_QUEUE = "whole_worker"
+app.conf.task_routes = {"whole_worker": {"queue": WHOLE_WORKER_QUEUE}}
+
+
+@locked_task(
+    app=app, name="whole_worker", unique_on=["order_id"], ttl=30, acks_late=True
+)  # fmt: skip
+def whole_worker(order_id: int) -> int:
+    """Its first run hangs until the test SIGKILLs the whole worker; the redelivered copy ends."""
+    record("start", "whole_worker", order_id=order_id)
+    if events().set(f"whole_worker:{order_id}", 1, nx=True):
+        time.sleep(120)
+    time.sleep(0.3)
+    record("end", "whole_worker", order_id=order_id)
     return order_id

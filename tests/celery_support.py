@@ -19,10 +19,17 @@ HERE = Path(__file__).resolve().parent
 class Worker:
     """``celery -A celery_app worker --pool=prefork --concurrency=2`` against ``base``."""
 
-    def __init__(self, base: str, log: Path, concurrency: int = 2) -> None:
+    def __init__(
+        self,
+        base: str,
+        log: Path,
+        concurrency: int = 2,
+        env: dict[str, str] | None = None,
+        queues: str | None = None,
+    ) -> None:
         self.base = base
         self.log = log
-        env = {**os.environ, "LOCKKIT_TEST_REDIS": base, "PYTHONPATH": str(HERE)}
+        env = {**os.environ, **(env or {}), "LOCKKIT_TEST_REDIS": base, "PYTHONPATH": str(HERE)}
         env.pop("DJANGO_SETTINGS_MODULE", None)  # a plain Celery worker, not Django's
         self.env = env
         self._out = log.open("wb")
@@ -30,7 +37,7 @@ class Worker:
             [sys.executable, "-m", "celery", "-A", "celery_app", "worker",
              "--pool=prefork", f"--concurrency={concurrency}", "-l", "info",
              "--without-gossip", "--without-mingle", "--without-heartbeat",
-             "-n", f"lockkit-test-{os.getpid()}@%h"],
+             "-n", f"lockkit-test-{os.getpid()}@%h", *(["-Q", queues] if queues else [])],
             cwd=HERE, env=env, stdout=self._out, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip

@@ -10,8 +10,8 @@ import pytest
 from celery import Celery
 
 from lockkit_celery import TaskKey, locked_task
-from lockkit_celery.records import derived_task_id
 from lockkit_core import ConfigError, LockKit
+from lockkit_core.dedupe import derived_task_id
 from lockkit_core.testing.servers import RedisServer
 
 
@@ -93,3 +93,16 @@ def test_the_derived_task_id_does_not_depend_on_how_the_store_url_is_spelled(
     finally:
         by_address.close()
         by_name.close()
+
+
+def test_the_core_dedupe_module_imports_no_framework() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, lockkit_core.dedupe\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules}"
+        " & {'celery', 'kombu', 'django', 'flask'})\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

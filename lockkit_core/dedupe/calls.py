@@ -2,7 +2,8 @@
 
 The same call gives the same key whatever the keyword order or positional style, in the
 process that enqueues and in the worker (where a ``UUID`` arrives as its string, a
-``Decimal`` or a date as text): values are put in a canonical JSON form before hashing.
+``Decimal`` or a date as text, after the queue's JSON): values are put in a canonical JSON
+form before hashing.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from lockkit_core import ConfigError, KeyTemplate
+from ..errors import ConfigError
+from ..keys import KeyTemplate
 
 __all__ = ["TaskKey", "canonical_json"]
 

@@ -1,7 +1,7 @@
-"""What the Celery adapter keeps in the lock store, and how a task id is found from a key.
+"""What task deduplication keeps in the lock store, and how a task id is found from a key.
 
-Every record is a lease in the app's namespace, so it expires by itself and shows up in
-``celery lockkit list``:
+Every record is a lease in the kit's namespace, so it expires by itself and shows up in the
+admin listings (``lockkit list``, ``celery lockkit list``):
 
 ========================  ======================================  ============================
 key                       held                                    by
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import uuid
 
-from lockkit_core import LockKit
+from ..kit import LockKit
 
 __all__ = [
     "derived_task_id",
