@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import select
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,3 +48,33 @@ def stop(proc: subprocess.Popen[str]) -> None:
     for stream in (proc.stdin, proc.stdout):
         if stream is not None:
             stream.close()
+
+
+def pause_outside_flock(proc: subprocess.Popen[str], attempts: int = 200) -> None:
+    """SIGSTOP ``proc`` at a moment it holds no flock.
+
+    A process stopped inside its few-microsecond critical section keeps the record flocked, and
+    others then give up with BackendUnavailable by design; a test that means to pause a holder or
+    a waiter between its steps must not land in that window, so it retries until it does not.
+    """
+    for _ in range(attempts):
+        proc.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 5.0
+        while _state(proc.pid) != "T":
+            assert time.monotonic() < deadline, f"process {proc.pid} did not stop"
+            time.sleep(0.0005)
+        if not _holds_flock(proc.pid):
+            return
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.001)
+    raise AssertionError(f"process {proc.pid} was inside a flock every time it was stopped")
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rpartition(")")[2].split()[0]
+
+
+def _holds_flock(pid: int) -> bool:
+    with open("/proc/locks") as locks:
+        return any(line.split()[4] == str(pid) for line in locks if "FLOCK" in line)

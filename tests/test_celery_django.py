@@ -1,4 +1,4 @@
-"""``delay_on_commit`` of a locked task in a configured Django (SQLite in a temporary directory).
+"""``delay_on_commit`` of a locked task in Django (the test project, tests/djproject).
 
 The task publishes to its own broker database on the real Redis, so the test counts the
 messages there: a committed call publishes once, duplicates in the transaction (or after it)
@@ -18,23 +18,15 @@ from celery.signals import after_task_publish
 from lockkit_celery import kit_for, locked_task
 from lockkit_core.testing import RedisServer
 
-pytestmark = [pytest.mark.redis]
+# pytest-django runs every test here in a real transaction on the test project's database
+# (tests/djproject), so on_commit callbacks fire when the block commits.
+pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
 django = pytest.importorskip("django")
 
 
-@pytest.fixture(scope="module")
-def django_db(tmp_path_factory: pytest.TempPathFactory) -> None:
-    from django.conf import settings
-
-    if not settings.configured:
-        db = tmp_path_factory.mktemp("django") / "db.sqlite3"
-        settings.configure(
-            DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(db)}},
-            INSTALLED_APPS=[],
-            USE_TZ=True,
-        )
-    django.setup()
+@pytest.fixture
+def orders_table(transactional_db: None) -> None:
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -51,7 +43,7 @@ def broker(redis_server: RedisServer) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture(scope="module")
-def sms(redis_server: RedisServer, broker: redis.Redis, django_db: None) -> Any:
+def sms(redis_server: RedisServer, broker: redis.Redis) -> Any:
     base = redis_server.url.rsplit("/", 1)[0]
     app = Celery("django_shop", broker=f"{base}/5")
     app.conf.update(lockkit_url=f"{base}/3", lockkit_namespace="celery-django")
@@ -84,7 +76,7 @@ def _save_order(order_id: int) -> None:
 
 
 def test_delay_on_commit_publishes_once_after_commit_and_deduplicates(
-    sms: Any, broker: redis.Redis, published: list[str]
+    sms: Any, broker: redis.Redis, published: list[str], orders_table: None
 ) -> None:
     from django.db import transaction
 
@@ -105,7 +97,7 @@ def test_delay_on_commit_publishes_once_after_commit_and_deduplicates(
 
 
 def test_a_rollback_publishes_nothing_and_leaves_no_lock(
-    sms: Any, broker: redis.Redis, published: list[str]
+    sms: Any, broker: redis.Redis, published: list[str], orders_table: None
 ) -> None:
     from django.db import transaction
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from file_processes import OWNER_A, OWNER_B, ask, read_line, start, stop
+from file_processes import OWNER_A, OWNER_B, ask, pause_outside_flock, read_line, start, stop
 
 from lockkit_core import (
     BackendUnavailable,
@@ -353,7 +353,7 @@ def test_a_sigstopped_holder_is_taken_over_after_its_ttl(kit: LockKit, url: str)
     proc = start(HOLDER, url, "paused", "1.0", "1")
     try:
         token = int(read_line(proc).split()[1])
-        proc.send_signal(signal.SIGSTOP)
+        pause_outside_flock(proc)
         began = time.monotonic()
         mine = kit.lock("paused", timeout=5, ttl=30)
         assert mine.acquire()

@@ -12,7 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
-from file_processes import OWNER_A, OWNER_B, OWNER_C, ask, read_line, start, stop
+from file_processes import (
+    OWNER_A,
+    OWNER_B,
+    OWNER_C,
+    ask,
+    pause_outside_flock,
+    read_line,
+    start,
+    stop,
+)
 
 from lockkit_core import LockKit
 from lockkit_core.backends.base import owner_hint
@@ -254,7 +263,7 @@ def test_a_stopped_waiters_entry_lapses(kit: LockKit, url: str) -> None:
     try:
         procs.append(stopped := queue_up(url, "stopped", "10", "0.3"))
         procs.append(patient := queue_up(url, "stopped", "10", "30"))
-        stopped.send_signal(signal.SIGSTOP)
+        pause_outside_flock(stopped)
         time.sleep(0.7)  # its entry lives twice its 0.3 s lease unless renewed
         held.release()
         assert read_line(patient).split()[0] == "acquired"
