@@ -159,11 +159,13 @@ def uncontended(
         row = _latency(name, ours[name])
         base = _latency(baseline, paired[name]) if paired.get(name) else None
         if name == baseline:
-            row.update(ratio_mean=1.0, ratio_p50=1.0)
+            row.update(ratio_mean=1.0, ratio_p50=1.0, over_mean_us=0.0, over_p50_us=0.0)
         elif base is not None:
             row.update(
                 ratio_mean=row["mean_us"] / base["mean_us"],
                 ratio_p50=row["p50_us"] / base["p50_us"],
+                over_mean_us=row["mean_us"] - base["mean_us"],
+                over_p50_us=row["p50_us"] - base["p50_us"],
                 base_mean_us=base["mean_us"],
             )
         rows.append(row)
