@@ -132,7 +132,7 @@ def _tables(run: Run, rows: dict[str, list[dict[str, Any]]], s: Settings) -> lis
     base = BASELINES[run.family]
     peer = PEERS[run.family]
     per_round = -(-s.cycles // s.rounds)
-    where = f" ({run.pinning.note})"
+    where = f" ({run.pinning.describe(with_server=run.family == 'redis')})"
     return [
         report.render_table(
             f"[{run.label}] 1. uncontended acquire+release, one key, one process: "

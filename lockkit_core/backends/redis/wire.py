@@ -1,0 +1,127 @@
+"""The lock operations' path to the server: commands packed once, sent on held connections.
+
+Every lock operation is one script call whose shape never changes (``EVALSHA <sha> <numkeys>``
+or ``FCALL <name> <numkeys>``, then the same number of keys and arguments), so the constant
+head is packed once and only the keys and arguments are encoded per call. Sending goes
+straight to a connection this module holds, bypassing redis-py's per-command path (a pool
+checkout that polls the socket, retry and observability hooks, response callbacks): on a
+loopback round trip that path costs about as much as the server's own work.
+
+What stays redis-py's: connecting (TCP, TLS, unix sockets, AUTH, the handshake), the reply
+parser (hiredis where installed) and the exception types, so the backend's error boundary
+translates these failures exactly as it does the rest.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
+
+if TYPE_CHECKING:
+    import redis
+    from redis.connection import ConnectionPool
+
+__all__ = ["Connections", "Packer", "connections_for"]
+
+_CRLF = b"\r\n"
+
+
+def _bulk(value: bytes) -> bytes:
+    return b"$%d\r\n%b\r\n" % (len(value), value)
+
+
+def encode(value: object) -> bytes:
+    """One argument as redis-py's default encoder sends it (UTF-8 text, numbers as text),
+    refusing what it refuses with its ``DataError``."""
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return b"%d" % value
+    if isinstance(value, float):
+        return repr(value).encode()
+    from redis.exceptions import DataError
+
+    raise DataError(
+        f"Invalid input of type: {type(value).__name__!r}. "
+        "Convert to a bytes, string, int or float first."
+    )
+
+
+class Packer:
+    """Packs ``head + parts`` in the Redis protocol, where ``head`` is fixed (the command, the
+    script's digest or name, the key count) and packed once per argument count."""
+
+    def __init__(self, head: Sequence[str | bytes | int]) -> None:
+        self._head = b"".join(_bulk(encode(part)) for part in head)
+        self._size = len(head)
+        self._prefixes: dict[int, bytes] = {}
+
+    def pack(self, parts: Sequence[object]) -> bytes:
+        """The whole command, ready for the socket."""
+        prefix = self._prefixes.get(len(parts))
+        if prefix is None:
+            prefix = b"*%d\r\n%b" % (self._size + len(parts), self._head)
+            self._prefixes[len(parts)] = prefix
+        chunks = [prefix]
+        for part in parts:
+            data = encode(part)
+            chunks += (b"$%d\r\n" % len(data), data, _CRLF)
+        return b"".join(chunks)
+
+
+class Connections:
+    """Connections taken once from a redis-py pool and kept by this path.
+
+    A call borrows an idle one (or takes a new one from the pool when all are busy, so
+    threads never share a connection mid-command), sends one packed command, reads its
+    reply and gives the connection back. A connection is given back only in a known state:
+    after a complete reply (an error reply included), or disconnected, so the next call
+    reconnects before sending. Connections inherited over ``fork()`` are never used: the
+    child takes its own.
+    """
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
+        self._idle: list[Any] = []
+        self._pid = os.getpid()
+
+    def call(self, packed: bytes) -> Any:
+        """Send ``packed`` and return its parsed reply; raises redis-py's exceptions."""
+        if self._pid != os.getpid():
+            # The parent's sockets: using one would interleave two processes' replies.
+            self._idle = []
+            self._pid = os.getpid()
+        try:
+            conn = self._idle.pop()  # atomic: no two threads get the same connection
+        except IndexError:
+            conn = self._pool.get_connection()
+        from redis.exceptions import ResponseError
+
+        try:
+            conn.send_packed_command((packed,))
+            return conn.read_response()
+        except ResponseError:
+            raise  # the whole error reply was read: the connection is in step
+        except BaseException:
+            # A reply may still be on its way (timeout, interrupt): it must never be read
+            # as the answer to the next command.
+            conn.disconnect()
+            raise
+        finally:
+            self._idle.append(conn)
+
+
+_BY_POOL: WeakKeyDictionary[ConnectionPool, Connections] = WeakKeyDictionary()
+
+
+def connections_for(client: redis.Redis) -> Connections:
+    """The held connections of ``client``'s pool (one set per pool, shared by its scripts)."""
+    pool = client.connection_pool
+    found = _BY_POOL.get(pool)
+    if found is None:
+        found = _BY_POOL.setdefault(pool, Connections(pool))
+    return found
