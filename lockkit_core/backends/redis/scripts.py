@@ -33,6 +33,9 @@ def stored_keys(lock_key: str) -> list[str]:
     return [lock_key, FENCE_KEY, lock_key + ":q", lock_key + ":e"]
 
 
+_SCRIPT_LOAD = Packer(("SCRIPT", "LOAD"))
+
+
 class Script:
     """A Lua script run by EVALSHA, loaded again if the server lost it (NOSCRIPT). Calls
     pass its ``numkeys`` keys, then its arguments, flat.
@@ -45,7 +48,6 @@ class Script:
     def __init__(self, client: redis.Redis, name: str, numkeys: int) -> None:
         from redis.exceptions import NoScriptError
 
-        self._client = client
         self._noscript = NoScriptError
         self.source = _script(name)
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()  # noqa: S324 (Redis' id)
@@ -59,5 +61,5 @@ class Script:
             return self._connections.call(packed)
         except self._noscript:
             # The digest is the source's: loading it again gives the same one.
-            self._client.script_load(self.source)
+            self._connections.call(_SCRIPT_LOAD.pack((self.source,)))
             return self._connections.call(packed)

@@ -25,9 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Connections", "Packer", "connections_for"]
 
-_CRLF = b"\r\n"
-
-
 def _bulk(value: bytes) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(value), value)
 
@@ -68,8 +65,8 @@ class Packer:
             self._prefixes[len(parts)] = prefix
         chunks = [prefix]
         for part in parts:
-            data = encode(part)
-            chunks += (b"$%d\r\n" % len(data), data, _CRLF)
+            data = part.encode() if type(part) is str else encode(part)
+            chunks.append(b"$%d\r\n%b\r\n" % (len(data), data))
         return b"".join(chunks)
 
 
@@ -85,6 +82,9 @@ class Connections:
     """
 
     def __init__(self, pool: ConnectionPool) -> None:
+        from redis.exceptions import ResponseError
+
+        self._response_error = ResponseError
         self._pool = pool
         self._idle: list[Any] = []
         self._pid = os.getpid()
@@ -99,12 +99,10 @@ class Connections:
             conn = self._idle.pop()  # atomic: no two threads get the same connection
         except IndexError:
             conn = self._pool.get_connection()
-        from redis.exceptions import ResponseError
-
         try:
             conn.send_packed_command((packed,))
             return conn.read_response()
-        except ResponseError:
+        except self._response_error:
             raise  # the whole error reply was read: the connection is in step
         except BaseException:
             # A reply may still be on its way (timeout, interrupt): it must never be read
