@@ -32,7 +32,15 @@ from .machine import (
 )
 from .scenarios import FreshTarget, Settings
 
-QUICK = Settings(cycles=500, rounds=1, warmup=50, seconds=1.0, many_cycles=1000, many_keys=200)
+QUICK = Settings(
+    cycles=500,
+    rounds=1,
+    warmup=50,
+    seconds=1.0,
+    contention_rounds=1,
+    many_cycles=1000,
+    many_keys=200,
+)
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -144,7 +152,8 @@ def _tables(run: Run, rows: dict[str, list[dict[str, Any]]], s: Settings) -> lis
         ),
         report.render_table(
             f"[{run.label}] 2. {s.processes} processes contending for one key, each holding it "
-            f"{s.hold * 1e3:g} ms (busy-wait) per section, {s.seconds:g} s; "
+            f"{s.hold * 1e3:g} ms (busy-wait) per section, {s.contention_rounds} run(s) of "
+            f"{s.seconds:g} s per library taking turns; "
             f"handoffs = consecutive sections by a different process; x peer = vs {peer}" + where,
             report.CONTENTION,
             rows["contention"],
