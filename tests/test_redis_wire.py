@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
+import time
 import uuid
+import weakref
 from typing import Any
 
 import pytest
@@ -12,7 +15,7 @@ import redis
 from redis.connection import PythonRespSerializer
 from redis.exceptions import DataError, NoScriptError
 
-from lockkit_core.backends.redis.wire import Connections, Packer
+from lockkit_core.backends.redis.wire import Connections, Packer, connections_for
 
 pytestmark = pytest.mark.redis
 
@@ -77,7 +80,7 @@ def test_threads_in_flight_never_share_a_connection(client: redis.Redis) -> None
     for _ in range(200):
         if any(int(c["id"]) == blocked_on and c["cmd"] == "blpop" for c in watcher.client_list()):
             break
-        threading.Event().wait(0.01)
+        time.sleep(0.01)
     else:
         pytest.fail("the blocking call never reached the server")
     other = connections.call(CLIENT_ID)
@@ -105,3 +108,20 @@ def test_a_forked_child_never_uses_its_parents_connection(client: redis.Redis) -
     assert childs.isdigit(), childs
     assert int(childs) != parents
     assert connections.call(CLIENT_ID) == parents  # and the parent's is still in step
+
+
+def test_a_dropped_clients_held_connections_are_closed(redis_server: Any) -> None:
+    watcher = redis.Redis.from_url(redis_server.url)
+    client = redis.Redis.from_url(redis_server.url)
+    held = connections_for(client).call(CLIENT_ID)
+    assert any(int(c["id"]) == held for c in watcher.client_list())
+    gone = weakref.ref(client.connection_pool)
+    del client
+    gc.collect()
+    assert gone() is None
+    for _ in range(100):  # the server notices the close a moment later
+        if all(int(c["id"]) != held for c in watcher.client_list()):
+            break
+        time.sleep(0.01)
+    else:
+        pytest.fail("the held connection of a dropped client is still open")

@@ -113,13 +113,15 @@ class Connections:
             self._idle.append(conn)
 
 
-_BY_POOL: WeakKeyDictionary[ConnectionPool, Connections] = WeakKeyDictionary()
+# By client, not by pool: the value holds the pool (and its sockets), and a weak key must not
+# be reachable from its own value, or neither is ever freed.
+_BY_CLIENT: WeakKeyDictionary[redis.Redis, Connections] = WeakKeyDictionary()
 
 
 def connections_for(client: redis.Redis) -> Connections:
-    """The held connections of ``client``'s pool (one set per pool, shared by its scripts)."""
-    pool = client.connection_pool
-    found = _BY_POOL.get(pool)
+    """The held connections of ``client`` (one set per client, shared by its scripts);
+    closed when the client is dropped, or by ``client.close()`` (they are its pool's)."""
+    found = _BY_CLIENT.get(client)
     if found is None:
-        found = _BY_POOL.setdefault(pool, Connections(pool))
+        found = _BY_CLIENT.setdefault(client, Connections(client.connection_pool))
     return found
