@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import uuid
@@ -11,7 +12,7 @@ import pytest
 import redis
 
 from lockkit_core import BackendUnavailable, ConfigError, LockKit
-from lockkit_core.backends.redis.scripts import FENCE_KEY
+from lockkit_core.backends.redis.scripts import owner_id
 
 pytestmark = pytest.mark.redis
 
@@ -33,8 +34,9 @@ def test_stored_layout_carries_namespace_owner_token_and_holder(
         value = raw.get(f"lockkit:{{{kit.namespace}:order:42}}")
         assert value is not None
         owner, token, holder = value.decode().split("|", 2)
-        assert owner == held.owner
-        assert len(owner) == 32
+        assert held.owner is not None
+        assert owner == owner_id(held.owner) != held.owner
+        assert len(owner) == 40 and owner.startswith(held.owner[:8])
         assert int(token) == held.token
         assert "pid" in holder
         assert 0 < raw.pttl(f"lockkit:{{{kit.namespace}:order:42}}") <= 5000
@@ -62,15 +64,14 @@ def test_a_retried_acquire_by_the_same_owner_keeps_the_token(kit: LockKit) -> No
     assert other.retry_after is not None and 4.0 < other.retry_after <= 5.0
 
 
-def test_fencing_counter_is_one_key_not_one_per_lock(kit: LockKit, raw: redis.Redis) -> None:
-    before = int(raw.get(FENCE_KEY) or 0)
+def test_fencing_tokens_of_one_key_strictly_increase(kit: LockKit, raw: redis.Redis) -> None:
     tokens = []
-    for i in range(20):
-        with kit.lock(f"k{i}") as held:
+    for _ in range(20):
+        with kit.lock("k") as held:
             tokens.append(held.token)
-    assert tokens == sorted(tokens)
-    assert tokens[0] is not None and tokens[0] > before
-    assert raw.keys(f"lockkit:{{{kit.namespace}:*") == []
+    assert all(a < b for a, b in itertools.pairwise(tokens)), tokens
+    counter = raw.get(f"lockkit:{{{kit.namespace}:k}}:f")
+    assert counter is not None and int(counter) == tokens[-1]
 
 
 def test_a_waiter_is_woken_by_the_release_not_by_the_lease(kit: LockKit) -> None:
@@ -236,9 +237,45 @@ def test_a_dead_queued_waiter_is_skipped_after_its_entry_expires(
     holder = kit.lock("ghost", ttl=10)
     holder.acquire()
     # A waiter that died while queued: its entry expired long ago.
-    raw.zadd(lock_key + ":q", {"d" * 32: 1})
-    raw.hset(lock_key + ":e", "d" * 32, "1|10000|lockkit:w:gone|ghost")
+    raw.zadd(lock_key + ":q", {owner_id("d" * 32): 1})
+    raw.hset(lock_key + ":e", owner_id("d" * 32), "1|10000|lockkit:w:gone|ghost")
     holder.release()
     assert kit.admin.info("ghost") is None
     with kit.lock("ghost", timeout=0) as held:
         assert held.token is not None
+
+
+def _script_calls(raw: redis.Redis) -> int:
+    stats = raw.info("commandstats")
+    names = ("cmdstat_evalsha", "cmdstat_eval")
+    return sum(int(stats.get(name, {}).get("calls", 0)) for name in names)
+
+
+def test_adopt_renews_the_owners_lease_and_returns_its_token_in_one_round_trip(
+    kit: LockKit, raw: redis.Redis
+) -> None:
+    full_key = f"{kit.namespace}:adopted"
+    owner, stranger = "a" * 32, "b" * 32
+    granted = kit.backend.try_acquire(full_key, owner, 1.0)
+    assert granted.acquired
+    before = _script_calls(raw)
+    adopted = kit.backend.adopt(full_key, owner, 5.0)
+    assert _script_calls(raw) - before == 1
+    assert adopted.acquired and adopted.token == granted.token
+    assert 4000 < raw.pttl(f"lockkit:{{{full_key}}}") <= 5000
+    assert kit.backend.adopt(full_key, stranger, 5.0).acquired is False
+    assert kit.backend.release(full_key, owner)
+    # A free key is never taken by adoption.
+    assert kit.backend.adopt(full_key, owner, 5.0).acquired is False
+    assert kit.admin.info("adopted") is None
+
+
+def test_the_script_run_is_the_file_as_written(kit: LockKit) -> None:
+    from importlib import resources
+
+    from lockkit_core.backends.redis.scripts import Script
+
+    lua = resources.files("lockkit_core.backends.redis").joinpath("lua")
+    assert [entry.name for entry in lua.iterdir() if entry.name.endswith(".lua")] == ["lock.lua"]
+    script = Script(kit.backend.client, "lock", 4)  # type: ignore[attr-defined]
+    assert script.source == lua.joinpath("lock.lua").read_text()

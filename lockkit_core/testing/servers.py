@@ -1,7 +1,10 @@
 """Start real servers on free loopback ports for tests: ``RedisServer``, ``free_port()``.
 
 The server runs in its own temporary directory, with persistence off, bound to 127.0.0.1 only,
-so a test can kill, pause or restart it without touching anything else on the machine.
+so a test can kill, pause or restart it without touching anything else on the machine. It can
+also listen on a unix socket, run as a one-node Redis Cluster that owns every slot, or run with
+its wall clock shifted (``clockshift.c``, built with the system C compiler on first use) so that
+a test can step the clock back or forth while it runs (``step_clock()``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["RedisServer", "free_port", "redis_ping"]
+__all__ = ["RedisServer", "build_clock_shifter", "free_port", "redis_ping"]
 
 _LOOPBACK = "127.0.0.1"
 _INSTALL_HINT = (
@@ -51,6 +54,31 @@ def redis_ping(port: int, host: str = _LOOPBACK, timeout: float = 0.5) -> bool:
         return False
 
 
+def _command(port: int, *words: str, timeout: float = 2.0) -> bytes:
+    """Send one command and return its first reply line (or a whole bulk reply), raw."""
+    request = f"*{len(words)}\r\n".encode() + b"".join(
+        f"${len(w.encode())}\r\n{w}\r\n".encode() for w in words
+    )
+    with socket.create_connection((_LOOPBACK, port), timeout=timeout) as sock:
+        sock.sendall(request)
+        reply = b""
+        while b"\r\n" not in reply:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        head, _, rest = reply.partition(b"\r\n")
+        if head.startswith(b"$") and int(head[1:]) >= 0:
+            size = int(head[1:])
+            while len(rest) < size:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                rest += chunk
+            return rest[:size]
+        return head
+
+
 def _die_with_parent_prefix() -> list[str]:
     """On Linux, run the server under ``setpriv --pdeathsig TERM`` so that a test run killed
     outright (its starting thread gone) does not leave servers behind."""
@@ -68,6 +96,34 @@ def find_redis_server() -> str:
     return found
 
 
+_built: dict[str, str] = {}  # source path -> shared library, once per process
+
+
+def build_clock_shifter() -> str:
+    """Compile ``clockshift.c`` (once per process) and return the shared library's path.
+
+    A ``RuntimeError`` names what to install when there is no C compiler. (libfaketime would do,
+    but it deadlocks at start-up in a redis-server linked with jemalloc, as Debian's is.)
+    """
+    source = Path(__file__).with_name("clockshift.c")
+    done = _built.get(str(source))
+    if done is not None and os.path.exists(done):
+        return done
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise RuntimeError(
+            "stepping a test server's clock needs a C compiler; install one with: "
+            "sudo apt-get install gcc libc6-dev"
+        )
+    out = Path(tempfile.mkdtemp(prefix="lockkit-clock-")) / "clockshift.so"
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O2", "-o", str(out), str(source)],
+        check=True, capture_output=True,
+    )
+    _built[str(source)] = str(out)
+    return str(out)
+
+
 class RedisServer:
     """A throwaway ``redis-server`` on a free loopback port.
 
@@ -75,6 +131,11 @@ class RedisServer:
     ``pause()``/``resume()`` SIGSTOP/SIGCONT, ``restart()`` comes back on the same port with
     an empty dataset (nothing is persisted). Start and restart it from a thread that lives
     as long as the server should: on Linux the server is stopped when that thread exits.
+
+    ``unix_socket=True`` also listens on ``socket_path`` (``unix_url``); ``cluster=True`` runs a
+    one-node Redis Cluster that serves every hash slot (cross-slot commands fail there as on a
+    real cluster); ``fake_clock=True`` runs the server with a wall clock that
+    ``step_clock()`` moves while it runs and across restarts.
     """
 
     def __init__(
@@ -83,6 +144,9 @@ class RedisServer:
         *,
         executable: str | None = None,
         startup_timeout: float = 10.0,
+        unix_socket: bool = False,
+        cluster: bool = False,
+        fake_clock: bool = False,
     ) -> None:
         self.executable = executable or find_redis_server()
         self.startup_timeout = startup_timeout
@@ -91,9 +155,40 @@ class RedisServer:
         self._tmp = tempfile.TemporaryDirectory(prefix="lockkit-redis-")
         self.dir = Path(self._tmp.name)
         self.log_path = self.dir / "redis.log"
+        self.socket_path = self.dir / "redis.sock" if unix_socket else None
+        self.cluster = cluster
+        self._shifter = build_clock_shifter() if fake_clock else None
+        self.clock_offset = 0.0
+        if fake_clock:
+            self._write_clock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._paused = False
         self.start()
+
+    @property
+    def clock_file(self) -> Path:
+        """The file the server reads its clock offset from (microseconds), on every read."""
+        return self.dir / "clock-offset"
+
+    def _write_clock(self) -> None:
+        tmp = self.dir / "clock-offset.tmp"
+        tmp.write_text(f"{round(self.clock_offset * 1e6):+d}\n")
+        tmp.replace(self.clock_file)  # never let the server read a half-written offset
+
+    def step_clock(self, seconds: float) -> None:
+        """Move the (faked) server wall clock by ``seconds``, at once; negative steps back.
+        The monotonic clock is left alone, as a real clock step would leave it."""
+        if self._shifter is None:
+            raise RuntimeError("step_clock() needs RedisServer(fake_clock=True)")
+        self.clock_offset += seconds
+        self._write_clock()
+
+    @property
+    def unix_url(self) -> str:
+        """``unix:///.../redis.sock`` (needs ``unix_socket=True``)."""
+        if self.socket_path is None:
+            raise RuntimeError("unix_url needs RedisServer(unix_socket=True)")
+        return f"unix://{self.socket_path}"
 
     @property
     def url(self) -> str:
@@ -135,10 +230,19 @@ class RedisServer:
             "--daemonize", "no",
             "--logfile", "",
         ]
+        if self.socket_path is not None:
+            args += ["--unixsocket", str(self.socket_path), "--unixsocketperm", "700"]
+        if self.cluster:
+            nodes = self.dir / f"nodes-{self.port}.conf"
+            nodes.unlink(missing_ok=True)  # a restart without persistence forgets its slots too
+            args += ["--cluster-enabled", "yes", "--cluster-config-file", str(nodes)]
+        env = dict(os.environ)
+        if self._shifter is not None:
+            env.update(LD_PRELOAD=self._shifter, LOCKKIT_CLOCK_FILE=str(self.clock_file))
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.dir, start_new_session=True,
+                cwd=self.dir, start_new_session=True, env=env,
             )
         self._paused = False
         deadline = time.monotonic() + self.startup_timeout
@@ -147,9 +251,19 @@ class RedisServer:
                 self._proc = None
                 return False
             if redis_ping(self.port):
-                return True
+                return not self.cluster or self._claim_all_slots(deadline)
             time.sleep(0.02)
         self._terminate(signal.SIGKILL)
+        return False
+
+    def _claim_all_slots(self, deadline: float) -> bool:
+        """Make this node own all 16384 slots and wait until the cluster says it is ok."""
+        if _command(self.port, "CLUSTER", "ADDSLOTSRANGE", "0", "16383") != b"+OK":
+            return False
+        while time.monotonic() < deadline:
+            if b"cluster_state:ok" in _command(self.port, "CLUSTER", "INFO"):
+                return True
+            time.sleep(0.02)
         return False
 
     def _log_tail(self) -> str:

@@ -1,23 +1,64 @@
-"""``redis://``, ``rediss://`` (TLS) and ``unix://``: one Redis server through redis-py.
+"""``redis://``, ``rediss://`` (TLS) and ``unix:///path/redis.sock``: one Redis server through
+redis-py.
 
-Every operation is one round trip: a Lua script (``lua/*.lua``, loaded once and run by
-EVALSHA, reloaded on NOSCRIPT) that compares the owner token and acts atomically.
+Every operation is one round trip: one Lua script (``lua/lock.lua``, loaded once, run by
+EVALSHA with the operation's name as its first argument, reloaded on NOSCRIPT) that compares
+the owner and acts atomically.
 
-Waiting is a queue, not polling and not a stampede: a blocking caller that finds the key busy
-joins the key's queue in the same script call; a release hands the lock straight to the oldest
-live waiter (with a new fencing token) and publishes ``<owner>|<token>`` on that waiter's
-process channel only. One listener thread per backend, subscribed to its own channel, wakes
-the waiter named, which can start at once: the lock is already its own. So waiters are
-served in arrival order (``fair=True`` comes for free), and a hand-over costs no extra round
-trip and wakes no other process. Each wait is still bounded by the holder's remaining
-lease, so a lost notice costs at most that long, and while the listener is reconnecting
-waiters fall back to short backoff.
+**Stored layout.** For a lock on ``<key>`` in namespace ``<ns>`` (``full = "<ns>:<key>"``, or
+``<key>`` without a namespace) every key lives in the hash slot of the tag ``{<full>}``, so a
+Redis Cluster serves each script on one node and no data moves when a deployment grows into one:
 
-The stored keys are ``lockkit:{<namespace>:<key>}`` with ``:q`` and ``:e`` beside it for the
-queue (the braces keep them in one cluster slot), the counter ``lockkit:fence`` (one per
-database, so tokens strictly increase per key and no per-key counter is left behind; it
-restarts from the server clock in microseconds if lost), and one notice channel per waiting
-process, ``lockkit:w:<random>``.
+- ``lockkit:{<full>}``: the lease, a string ``<id>|<token>|<holder>`` whose PX is the lease;
+  ``<holder>`` is ``<hostname> pid <pid>``, for the admin views.
+- ``lockkit:{<full>}:f``: the key's last fencing token, kept one day after its last grant (a
+  free key costs nothing after that).
+- ``lockkit:{<full>}:q``: the wait queue, a sorted set of owner ids scored by arrival number
+  (a counter, never a clock: a clock step cannot reorder waiters).
+- ``lockkit:{<full>}:e``: a hash, owner id -> ``<expiry ms>|<lease ms>|<channel>|<holder>``
+  for each queued waiter.
+- ``lockkit:w:<random>``: the notice channel of one waiting process (pub/sub, not a key).
+
+A key whose text makes the tag empty (``full`` starting with ``}``) would spread its keys over
+slots on a cluster; keys come from the namespace first, so give clusters a namespace.
+
+**Owner secrets.** The 32-character owner token never reaches the server's data or its
+messages: records, queue members and notices carry the owner *id*, the secret's first 8
+characters (the hint ``lockkit list`` shows) followed by 32 of its SHA-1. Release, extend, adopt
+and leave present the secret itself, which the script hashes and compares; acquire sends only the
+id. What remains exposed: those four commands' arguments, to anyone allowed ``MONITOR`` (and to
+``SLOWLOG`` if a call is slow). Deny them to the application's user, e.g. an ACL with
+``-monitor -slowlog``; a user that may run ``DEL`` on the keys can break any lock anyway.
+
+**Fencing tokens.** A grant's token is ``max(last token of the key + 1, server TIME in µs,
+floor + 1)``, where the floor is the highest token this client (one ``LockKit``) has seen on
+any key. So tokens strictly increase per key while the counter exists; after the counter is lost
+(its day of idleness, or a restart that lost the data) they still increase unless the server
+clock is behind by more than the time since that key's last grant, and even then for every
+client that saw a higher token. Strictly monotonic across every restart only with
+``appendonly yes`` and ``appendfsync always`` on a server whose data survives; otherwise a
+restart (``appendfsync everysec`` loses up to a second of writes, RDB snapshots more) or a
+failover to an asynchronous replica can hand out a token below one already issued, if the clock
+of the server that answers is behind as well, to a client that never saw the higher one.
+
+**Waiting.** A blocking caller that finds the key busy joins its queue in the same call. Its
+queue entry outlives the holder's remaining lease (which the caller is told, and after which it
+tries again, renewing the entry), whatever either side's ttl. A release hands the lock straight
+to the oldest waiter (with a new token) and publishes ``<id>|<token>`` on that waiter's
+process channel only; one listener thread per backend wakes the waiter, which owns the lock
+already: waiters are served in arrival order (``fair=True`` comes for free) and a hand-over
+costs no extra round trip. A notice nobody receives (PUBLISH counts 0: the waiter's process died,
+or its listener is reconnecting) is not waited on: the next waiter is served in the same call, and
+a live waiter skipped that way queues again on its next attempt. The listener checks its
+connection (PING) after half a second of silence and reconnects when no answer comes within half
+a second, so a half-open link costs a waiter about a second; while it is down, waiters poll
+with short backoff. A notice for a waiter that left without telling the server (after an
+outage) is passed on by the listener at once.
+
+Limits, for the Cluster work: on a multi-node cluster PUBLISH counts only subscribers on the
+node that runs the script, so notices should move to sharded pub/sub (``SPUBLISH`` on a channel
+in the key's slot); a ``PSUBSCRIBE`` matching ``lockkit:w:*`` counts as a receiver and hides a
+dead waiter until its entry expires.
 """
 
 from .backend import RedisBackend

@@ -15,7 +15,7 @@ from ...errors import BackendError, BackendUnavailable
 from ...url import LockURL
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter
 from .listener import Listener, as_text
-from .scripts import PREFIX, Script, stored_key, stored_keys
+from .scripts import PREFIX, Script, owner_id, stored_key, stored_keys
 from .waiter import RedisWaiter
 
 if TYPE_CHECKING:
@@ -85,7 +85,11 @@ class RedisBackend(Backend):
         kwargs["retry_on_error"] = []
         self._socket_timeout = float(kwargs["socket_timeout"])
         parts = urlsplit(url.raw)
+        # Options were parsed from the query already. A unix:// URL keeps its "//": without a
+        # host, urlunsplit would write "unix:/path", which redis-py refuses.
         bare = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+        if parts.scheme == "unix" and not parts.netloc:
+            bare = "unix://" + parts.path
         try:
             self.client: redis.Redis = redis_module.Redis.from_url(bare, **kwargs)
             # The release listener has a pool of its own: taking a warm connection from the
@@ -95,12 +99,13 @@ class RedisBackend(Backend):
             from ...errors import ConfigError
 
             raise ConfigError(f"bad redis URL or option for {url.redacted()}: {exc}") from exc
-        self._acquire = Script(self.client, "acquire", 4)
-        self._release = Script(self.client, "release", 4)
-        self._extend = Script(self.client, "extend", 1)
-        self._force_release = Script(self.client, "force_release", 4)
-        self._leave_script = Script(self.client, "leave", 4)
+        # One script, two call shapes: operations on a held lock need only its record.
+        self._script = Script(self.client, "lock", 4)
+        self._script_on_record = Script(self.client, "lock", 1)
         self._queued: dict[tuple[str, str], RedisWaiter] = {}
+        # The highest fencing token this backend has seen on any key: no later grant is
+        # lower, even when the server lost its counters and its clock is behind.
+        self._floor = 0
         self._holder = f"{socket.gethostname()} pid "
         self._listener = Listener(self)
 
@@ -138,46 +143,71 @@ class RedisBackend(Backend):
 
     # -- locking ------------------------------------------------------------------------------
 
+    def saw_token(self, token: int) -> int:
+        """Raise the floor for later grants to ``token``; returns ``token``."""
+        self._floor = max(self._floor, token)
+        return token
+
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
-        lock_key = stored_key(key)
+        keys = stored_keys(stored_key(key))
         ms = max(1, int(ttl * 1000))
         holder = self._holder + str(os.getpid())
         waiter = self._queued.get((key, owner))
         channel = self._listener.channel if waiter is not None else ""
         sent = time.monotonic()
+        who = waiter.id if waiter is not None else owner_id(owner)
         granted, value = self._call(
             f"acquire {key!r}",
-            lambda: self._acquire(*stored_keys(lock_key), owner, ms, holder, channel),
+            lambda: self._script(*keys, "acquire", who, ms, holder, channel, self._floor),
             retry=True,
         )
         if granted:
-            return Grant(True, int(value))
-        if waiter is not None and waiter.queued_at is None:
-            waiter.queued_at = sent
+            return Grant(True, self.saw_token(int(value)))
         pttl = int(value)
+        if waiter is not None:
+            if waiter.queued_at is None:
+                waiter.queued_at = sent
+            # as lua/lock.lua keeps the entry: the lease we are told of, two of ours, 2 s
+            waiter.entry_until = sent + max(pttl, 0) / 1000.0 + 2 * ttl + 2.0
         return Grant(False, retry_after=pttl / 1000.0 if pttl > 0 else None)
 
     def release(self, key: str, owner: str) -> bool:
-        lock_key = stored_key(key)
+        keys = stored_keys(stored_key(key))
         done = self._call(
-            f"release {key!r}",
-            lambda: self._release(*stored_keys(lock_key), owner),
+            f"release {key!r}", lambda: self._script(*keys, "release", owner, self._floor)
         )
         return bool(done)
 
-    def _leave(self, key: str, owner: str) -> None:
-        lock_key = stored_key(key)
+    def leave(self, key: str, owner: str) -> None:
+        """Take ``owner`` out of the queue of ``key``; pass the lock on if it was handed to it."""
+        keys = stored_keys(stored_key(key))
         self._call(
             f"leave the queue of {key!r}",
-            lambda: self._leave_script(*stored_keys(lock_key), owner),
+            lambda: self._script(*keys, "leave", owner, self._floor),
             retry=True,
         )
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
         lock_key = stored_key(key)
         ms = max(1, int(ttl * 1000))
-        done = self._call(f"extend {key!r}", lambda: self._extend(lock_key, owner, ms), retry=True)
+        done = self._call(
+            f"extend {key!r}",
+            lambda: self._script_on_record(lock_key, "extend", owner, ms),
+            retry=True,
+        )
         return bool(done)
+
+    def adopt(self, key: str, owner: str, ttl: float) -> Grant:
+        lock_key = stored_key(key)
+        ms = max(1, int(ttl * 1000))
+        reply = self._call(
+            f"adopt {key!r}",
+            lambda: self._script_on_record(lock_key, "adopt", owner, ms),
+            retry=True,
+        )
+        if not reply[0]:
+            return Grant(False)
+        return Grant(True, self.saw_token(int(reply[1])))
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
         return RedisWaiter(self, key, owner)
@@ -198,7 +228,7 @@ class RedisBackend(Backend):
         token_text, _, holder = rest.partition("|")
         return Lease(
             key=stored_key,
-            owner_hint=owner[:8],
+            owner_hint=owner[:8],  # the id's first 8 characters are the secret's
             token=int(token_text) if token_text.isdigit() else None,
             ttl_remaining=pttl / 1000.0 if pttl >= 0 else None,
             holder=holder or None,
@@ -239,10 +269,9 @@ class RedisBackend(Backend):
         return leases[0] if leases else None
 
     def force_release(self, key: str) -> bool:
-        lock_key = stored_key(key)
+        keys = stored_keys(stored_key(key))
         done = self._call(
-            f"force-release {key!r}",
-            lambda: self._force_release(*stored_keys(lock_key)),
+            f"force-release {key!r}", lambda: self._script(*keys, "force", self._floor)
         )
         return bool(done)
 

@@ -19,12 +19,25 @@ __all__ = ["Listener", "as_text"]
 
 log = logging.getLogger("lockkit.redis")
 
+#: after this long without a word from the server, the listener asks (PING) ...
+QUIET = 0.5
+#: ... and a connection that has not answered within this long is dead, whatever TCP says:
+#: a half-open link (a dropped NAT entry, a paused proxy) never reports an error.
+ANSWER_WITHIN = 0.5
+
+
+class _Silent(Exception):
+    """The server did not answer the listener in time."""
+
 
 class Listener:
     """One pub/sub connection per backend, subscribed to a channel of its own on which the
     store tells this process that a lock was handed to one of its waiters.
 
-    It runs only while someone waits (it stops after ``idle`` seconds without waiters).
+    It runs only while someone waits (it stops after ``idle`` seconds without waiters). It
+    checks its connection whenever the server has been quiet for ``QUIET`` seconds, so a link
+    that died silently costs waiters about a second, not a lease; while it is down, waiters
+    poll with short backoff (``RedisWaiter.wait``).
     """
 
     def __init__(self, backend: RedisBackend, idle: float = 30.0) -> None:
@@ -32,7 +45,8 @@ class Listener:
         self._idle = idle
         self._lock = threading.Lock()
         self.channel = "lockkit:w:" + secrets.token_hex(8)
-        self._waiters: dict[str, RedisWaiter] = {}  # by owner token
+        self._waiters: dict[str, RedisWaiter] = {}  # by owner id
+        self._left: dict[str, tuple[str, str, float]] = {}  # id -> key, secret, forget at
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()  # subscribed and reading
         self._closed = False
@@ -43,17 +57,34 @@ class Listener:
 
     def register(self, waiter: RedisWaiter) -> None:
         with self._lock:
-            self._waiters[waiter.owner] = waiter
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="lockkit-redis-listener", daemon=True
-                )
-                self._thread.start()
+            self._waiters[waiter.id] = waiter
+            self._left.pop(waiter.id, None)
+            self._ensure_running()
 
-    def unregister(self, waiter: RedisWaiter) -> None:
+    def unregister(self, waiter: RedisWaiter, *, abandoned: bool = False) -> None:
+        """Forget ``waiter``; if ``abandoned``, a lock still handed to it will be passed on."""
         with self._lock:
-            if self._waiters.get(waiter.owner) is waiter:
-                del self._waiters[waiter.owner]
+            if self._waiters.get(waiter.id) is waiter:
+                del self._waiters[waiter.id]
+            if abandoned:
+                self._remember_left(waiter)
+
+    def abandon(self, waiter: RedisWaiter) -> None:
+        """``waiter`` left the queue without telling the server: pass on what it is handed."""
+        with self._lock:
+            self._remember_left(waiter)
+
+    def _remember_left(self, waiter: RedisWaiter) -> None:
+        # as long as its queue entry may live on the server, so a hand-over can still come
+        self._left[waiter.id] = (waiter.key, waiter.owner, waiter.entry_until)
+        self._ensure_running()
+
+    def _ensure_running(self) -> None:
+        if self._thread is None and not self._closed:
+            self._thread = threading.Thread(
+                target=self._run, name="lockkit-redis-listener", daemon=True
+            )
+            self._thread.start()
 
     def wait_ready(self, timeout: float) -> bool:
         return self._ready.wait(timeout)
@@ -64,17 +95,38 @@ class Listener:
                 waiter.event.set()
 
     def _handed(self, payload: str) -> None:
-        """``<owner>|<token>``: the lock was handed to that waiter of ours."""
+        """``<owner id>|<token>``: the lock was handed to that waiter of ours."""
         owner, _, token = payload.partition("|")
         with self._lock:
             waiter = self._waiters.get(owner)
             if waiter is not None and token.isdigit():
                 waiter.handed = int(token)
                 waiter.event.set()
+                return
+            left = self._left.pop(owner, None)
+        if left is not None:
+            # Off this thread: the round trip must not delay notices for other waiters.
+            threading.Thread(
+                target=self._pass_on, args=left[:2], name="lockkit-redis-pass-on", daemon=True
+            ).start()
+
+    def _pass_on(self, key: str, secret: str) -> None:
+        try:
+            self._backend.leave(key, secret)
+        except Exception as exc:  # the lock then frees itself when its lease ends
+            log.warning("could not pass on a lock of %s handed to a waiter that left: %s", key, exc)
+
+    def _idle_now(self, now: float) -> bool:
+        """True when nobody waits and no waiter that left may still be handed a lock."""
+        with self._lock:
+            for owner in [o for o, (_, _, until) in self._left.items() if until <= now]:
+                del self._left[owner]
+            return not self._waiters and not self._left
 
     def _run(self) -> None:
         backoff = 0.05
-        idle_since = time.monotonic()
+        idle_since = heard = time.monotonic()
+        asked: float | None = None  # when we asked (SUBSCRIBE or PING) and had no answer yet
         pubsub: PubSub | None = None
         try:
             while not self._closed:
@@ -83,7 +135,17 @@ class Listener:
                         client = self._backend.listener_client
                         pubsub = client.pubsub()  # type: ignore[no-untyped-call]
                         pubsub.subscribe(self.channel)
-                    message = pubsub.get_message(timeout=0.5)
+                        asked = time.monotonic()
+                    message = pubsub.get_message(timeout=0.1)
+                    now = time.monotonic()
+                    if message is not None:
+                        heard, asked = now, None
+                    elif asked is not None:
+                        if now - asked > ANSWER_WITHIN:
+                            raise _Silent(f"no answer within {ANSWER_WITHIN:g} s")
+                    elif now - heard > QUIET:
+                        pubsub.ping()
+                        asked = now
                 except Exception as exc:  # any failure: drop the connection, wake, reconnect
                     if self._closed:
                         break
@@ -94,24 +156,26 @@ class Listener:
                     if pubsub is not None:
                         _quiet_close(pubsub)
                         pubsub = None
+                    asked = None
                     time.sleep(backoff * random.uniform(0.5, 1.5))
                     backoff = min(1.0, backoff * 2)
                     message = None
-                else:
-                    backoff = 0.05
                 if message is not None:
                     kind = message["type"]
                     if kind == "subscribe":
+                        backoff = 0.05
                         self._ready.set()
                         self._wake_all()  # anything handed to us while we were away
                     elif kind == "message":
                         self._handed(as_text(message["data"]))
-                with self._lock:
-                    if self._waiters:
-                        idle_since = time.monotonic()
-                    elif time.monotonic() - idle_since > self._idle:
-                        self._thread = None
-                        return
+                now = time.monotonic()
+                if not self._idle_now(now):
+                    idle_since = now
+                elif now - idle_since > self._idle:
+                    with self._lock:
+                        if not self._waiters and not self._left:
+                            self._thread = None
+                            return
         finally:
             self._ready.clear()
             if pubsub is not None:

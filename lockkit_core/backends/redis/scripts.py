@@ -1,4 +1,4 @@
-"""The stored key layout and the Lua scripts (``lua/*.lua``) run by EVALSHA."""
+"""The stored key layout, owner ids, and the Lua script (``lua/lock.lua``) run by EVALSHA."""
 
 from __future__ import annotations
 
@@ -11,26 +11,31 @@ from .wire import Packer, connections_for
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["FENCE_KEY", "PREFIX", "Script", "stored_key", "stored_keys"]
+__all__ = ["PREFIX", "Script", "owner_id", "stored_key", "stored_keys"]
 
 PREFIX = "lockkit:{"
-FENCE_KEY = "lockkit:fence"
 
 
 def _script(name: str) -> str:
-    lua = resources.files("lockkit_core.backends.redis").joinpath("lua")
-    body = lua.joinpath(f"{name}.lua").read_text()
-    if name == "extend":
-        return body
-    return lua.joinpath("handoff.lua").read_text() + "\n" + body
+    return resources.files("lockkit_core.backends.redis").joinpath("lua", f"{name}.lua").read_text()
 
 
 def stored_key(full_key: str) -> str:
+    """The record's key; the braces put every key of this lock in one cluster hash slot."""
     return PREFIX + full_key + "}"
 
 
 def stored_keys(lock_key: str) -> list[str]:
-    return [lock_key, FENCE_KEY, lock_key + ":q", lock_key + ":e"]
+    """Record, fence counter, queue and queue entries of one lock, in the script's order."""
+    return [lock_key, lock_key + ":f", lock_key + ":q", lock_key + ":e"]
+
+
+def owner_id(secret: str) -> str:
+    """What the server knows of an owner: 8 characters of the secret (the admin hint), then
+    32 of its SHA-1, so what the server shows cannot be presented back as the secret. The
+    script computes the same from a presented secret (``id_of`` in ``lua/lock.lua``)."""
+    digest = hashlib.sha1(secret.encode()).hexdigest()  # noqa: S324 (Lua has only SHA-1)
+    return secret[:8] + digest[:32]
 
 
 _SCRIPT_LOAD = Packer(("SCRIPT", "LOAD"))

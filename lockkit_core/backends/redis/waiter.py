@@ -6,7 +6,9 @@ import random
 import threading
 from typing import TYPE_CHECKING
 
+from ...errors import BackendError
 from ..base import Grant, Waiter
+from .scripts import owner_id
 
 if TYPE_CHECKING:
     from .backend import RedisBackend
@@ -22,9 +24,11 @@ class RedisWaiter(Waiter):
         self._listener = backend._listener
         self.key = key
         self.owner = owner
+        self.id = owner_id(owner)  # what the server and the notices know it by
         self.event = threading.Event()
         self.handed: int | None = None
         self.queued_at: float | None = None  # send time of the first attempt that queued us
+        self.entry_until = 0.0  # (monotonic) when our queue entry expires on the server
         self._backoff = 0.002
         backend._queued[(key, owner)] = self
         self._listener.register(self)
@@ -35,6 +39,7 @@ class RedisWaiter(Waiter):
 
     def wait(self, timeout: float) -> Grant | None:
         if not self._listener.healthy:
+            # No notice can arrive while the listener is down: poll, with a bounded delay.
             timeout = min(timeout, self._backoff * random.uniform(0.5, 1.5))
             self._backoff = min(0.1, self._backoff * 2)
         self.event.wait(timeout)
@@ -42,10 +47,18 @@ class RedisWaiter(Waiter):
         token, self.handed = self.handed, None
         if token is None or self.queued_at is None:
             return None
-        return Grant(True, token, since=self.queued_at)
+        return Grant(True, self._backend.saw_token(token), since=self.queued_at)
 
     def close(self, acquired: bool, *, reachable: bool = True) -> None:
-        self._listener.unregister(self)
+        queued = not acquired and self.queued_at is not None
+        # A queued waiter that leaves without a word (the store just failed; another round
+        # trip would cost the caller another socket timeout) stays known to the listener,
+        # which passes on a lock handed to it; its entry on the server expires by itself.
+        self._listener.unregister(self, abandoned=queued and not reachable)
         self._backend._queued.pop((self.key, self.owner), None)
-        if not acquired and self.queued_at is not None:
-            self._backend._leave(self.key, self.owner)
+        if queued and reachable:
+            try:
+                self._backend.leave(self.key, self.owner)
+            except BackendError:
+                self._listener.abandon(self)
+                raise
