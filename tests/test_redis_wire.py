@@ -15,6 +15,7 @@ import redis
 from redis.connection import PythonRespSerializer
 from redis.exceptions import DataError, NoScriptError
 
+from lockkit_core import LockKit
 from lockkit_core.backends.redis.wire import Connections, Packer, connections_for
 
 pytestmark = pytest.mark.redis
@@ -125,3 +126,22 @@ def test_a_dropped_clients_held_connections_are_closed(redis_server: Any) -> Non
         time.sleep(0.01)
     else:
         pytest.fail("the held connection of a dropped client is still open")
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced_not_an_outage(
+    redis_server: Any,
+) -> None:
+    """An idle connection can be closed under us (a server ``timeout``, a restart, a proxy):
+    the next lock operation, even one that is never retried, reconnects and succeeds."""
+    watcher = redis.Redis.from_url(redis_server.url)
+    kit = LockKit(redis_server.url, namespace=f"t{uuid.uuid4().hex[:8]}", ttl=5)
+    try:
+        lock = kit.lock("idle")
+        lock.acquire()
+        ours = [c for c in watcher.client_list() if c["cmd"] == "evalsha"]
+        for client in ours:
+            watcher.client_kill_filter(_id=client["id"])
+        lock.release()  # not retried by the backend: it must not meet the dead socket
+        assert kit.admin.info("idle") is None
+    finally:
+        kit.close()

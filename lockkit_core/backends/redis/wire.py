@@ -77,17 +77,31 @@ class Connections:
     threads never share a connection mid-command), sends one packed command, reads its
     reply and gives the connection back. A connection is given back only in a known state:
     after a complete reply (an error reply included), or disconnected, so the next call
-    reconnects before sending. Connections inherited over ``fork()`` are never used: the
-    child takes its own.
+    reconnects before sending; one the server closed while it was idle is replaced before
+    sending. Connections inherited over ``fork()`` are never used: the child takes its own.
+    They count toward the pool's ``max_connections``: one per thread that runs lock
+    operations at the same moment.
     """
 
     def __init__(self, pool: ConnectionPool) -> None:
-        from redis.exceptions import ResponseError
+        from redis import exceptions
 
-        self._response_error = ResponseError
+        self._response_error = exceptions.ResponseError
+        self._dropped = (exceptions.ConnectionError, exceptions.TimeoutError, OSError)
         self._pool = pool
         self._idle: list[Any] = []
         self._pid = os.getpid()
+
+    def _stale(self, conn: Any) -> bool:
+        """Readable while idle: closed by the server (its ``timeout``, a restart, a proxy)
+        or out of step. Start afresh, as redis-py's pool does, rather than fail a request
+        that was never sent."""
+        if getattr(conn, "_sock", None) is None:  # ``is_connected`` is not in every redis-py 5
+            return False  # sending connects it; checking first would connect twice
+        try:
+            return bool(conn.can_read())
+        except self._dropped:
+            return True
 
     def call(self, packed: bytes) -> Any:
         """Send ``packed`` and return its parsed reply; raises redis-py's exceptions."""
@@ -100,6 +114,8 @@ class Connections:
         except IndexError:
             conn = self._pool.get_connection()
         try:
+            if self._stale(conn):
+                conn.disconnect()
             conn.send_packed_command((packed,))
             return conn.read_response()
         except self._response_error:
