@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Connections", "Packer", "connections_for"]
 
+
 def _bulk(value: bytes) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(value), value)
 
@@ -92,6 +93,12 @@ class Connections:
         self._idle: list[Any] = []
         self._pid = os.getpid()
 
+    def _checkout(self) -> Any:
+        try:
+            return self._pool.get_connection()
+        except TypeError:  # redis-py before 5.3 wants a command name
+            return self._pool.get_connection("EVALSHA")  # type: ignore[call-arg,unused-ignore]
+
     def _stale(self, conn: Any) -> bool:
         """Readable while idle: closed by the server (its ``timeout``, a restart, a proxy)
         or out of step. Start afresh, as redis-py's pool does, rather than fail a request
@@ -112,7 +119,7 @@ class Connections:
         try:
             conn = self._idle.pop()  # atomic: no two threads get the same connection
         except IndexError:
-            conn = self._pool.get_connection()
+            conn = self._checkout()
         try:
             if self._stale(conn):
                 conn.disconnect()
