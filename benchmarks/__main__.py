@@ -1,8 +1,10 @@
-"""``python -m benchmarks [--quick] [--only redis|file] [--json PATH]``: run, print tables.
+"""``python -m benchmarks [--quick] [--only redis|file] [--pinning same|split|both]``.
 
 Starts its own redis-server, pins it and every client process (the same way for every
 library), runs the three scenarios for each family of contenders, prints one table per
-scenario and family with the libraries side by side, then lockkit's targets.
+scenario and family with the libraries side by side, then lockkit's targets. The Redis family
+runs twice, once per pinning (see :mod:`benchmarks.machine`): with the server on the clients'
+CPU, and on a CPU of its own.
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import Any
 
 from . import report, scenarios
-from .contenders import BASELINES, CONTENDERS, TTL, Family
+from .contenders import BASELINES, CONTENDERS, PEERS, TTL, Family
 from .machine import (
+    PINNING_NAMES,
     Pinning,
-    choose_pinning,
+    choose_pinnings,
     library_versions,
     load_average,
     machine_facts,
@@ -28,7 +32,15 @@ from .machine import (
 )
 from .scenarios import FreshTarget, Settings
 
-QUICK = Settings(cycles=500, rounds=1, warmup=50, seconds=1.0, many_cycles=1000, many_keys=200)
+QUICK = Settings(
+    cycles=500,
+    rounds=1,
+    warmup=50,
+    seconds=1.0,
+    contention_rounds=1,
+    many_cycles=1000,
+    many_keys=200,
+)
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -39,6 +51,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run: few cycles, 1 s")
     parser.add_argument("--only", choices=("redis", "file"), help="one family of contenders")
+    parser.add_argument(
+        "--pinning",
+        choices=(*PINNING_NAMES, "both"),
+        default="both",
+        help="redis-server on the clients' CPU (same), on its own (split), or both (default)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--cycles", type=int, help="uncontended cycles per library")
     parser.add_argument("--seconds", type=float, help="wall time of each contention run")
@@ -83,49 +101,66 @@ def _file_target(stack: ExitStack) -> tuple[FreshTarget, str]:
     return fresh, f"lock files under {root} (a new directory per run)"
 
 
+@dataclass(frozen=True)
+class Run:
+    """One family of contenders under one pinning."""
+
+    family: Family
+    pinning: Pinning
+
+    @property
+    def label(self) -> str:
+        return f"{self.family}, {self.pinning.name}" if self.family == "redis" else self.family
+
+
 def _run_family(
-    family: Family, fresh: FreshTarget, settings: Settings, pinning: Pinning
+    run: Run, fresh: FreshTarget, settings: Settings
 ) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
     names, skipped = [], []
     for contender in CONTENDERS:
-        if contender.family != family:
+        if contender.family != run.family:
             continue
         why = contender.missing()
         if why is None:
             names.append(contender.name)
         else:
             skipped.append(f"{contender.name}: skipped, {why}")
-    cpu = pinning.client_cpu
-    base = BASELINES[family]
+    cpu = run.pinning.client_cpu
+    base = BASELINES[run.family]
     uncontended = scenarios.uncontended(names, base, fresh, settings, cpu)
     contention = scenarios.contention(names, fresh, settings, cpu)
+    contention = report.with_ratio(contention, PEERS[run.family], "per_second", "ratio_rate")
+    contention = report.with_ratio(contention, PEERS[run.family], "wait_max", "ratio_wait_max")
     many = scenarios.many_keys(names, fresh, settings, cpu)
     many = report.with_ratio(many, base, "seconds", "ratio_time")
     return {"uncontended": uncontended, "contention": contention, "many_keys": many}, skipped
 
 
-def _tables(family: Family, rows: dict[str, list[dict[str, Any]]], s: Settings) -> list[str]:
-    base = BASELINES[family]
+def _tables(run: Run, rows: dict[str, list[dict[str, Any]]], s: Settings) -> list[str]:
+    base = BASELINES[run.family]
+    peer = PEERS[run.family]
     per_round = -(-s.cycles // s.rounds)
+    where = f" ({run.pinning.describe(with_server=run.family == 'redis')})"
     return [
         report.render_table(
-            f"[{family}] 1. uncontended acquire+release, one key, one process: "
+            f"[{run.label}] 1. uncontended acquire+release, one key, one process: "
             f"{s.rounds} round(s) of {per_round:,} cycles after {s.warmup} warm-up; each library "
-            f"runs in fresh processes taking turns with {base} (blocks of {s.block}), "
-            "x base = vs that base in the same processes",
+            f"runs in fresh processes taking turns with {base} (blocks of {s.block}); "
+            "x base and + base = vs that base in the same processes" + where,
             report.UNCONTENDED,
             rows["uncontended"],
         ),
         report.render_table(
-            f"[{family}] 2. {s.processes} processes contending for one key, each holding it "
-            f"{s.hold * 1e3:g} ms (busy-wait) per section, {s.seconds:g} s; "
-            "handoffs = consecutive sections by a different process",
+            f"[{run.label}] 2. {s.processes} processes contending for one key, each holding it "
+            f"{s.hold * 1e3:g} ms (busy-wait) per section, {s.contention_rounds} run(s) of "
+            f"{s.seconds:g} s per library taking turns; "
+            f"handoffs = consecutive sections by a different process; x peer = vs {peer}" + where,
             report.CONTENTION,
             rows["contention"],
         ),
         report.render_table(
-            f"[{family}] 3. {s.many_cycles:,} acquire+release cycles over {s.many_keys:,} "
-            f"keys, a new handle per cycle, one process; x base = vs {base}",
+            f"[{run.label}] 3. {s.many_cycles:,} acquire+release cycles over {s.many_keys:,} "
+            f"keys, a new handle per cycle, one process; x base = vs {base}" + where,
             report.MANY_KEYS,
             rows["many_keys"],
         ),
@@ -136,12 +171,24 @@ def _load(value: float | None) -> str:
     return "unknown" if value is None else f"{value:.1f}"
 
 
+def _plan(args: argparse.Namespace) -> list[Run]:
+    families: list[Family] = ["redis", "file"] if args.only is None else [args.only]
+    wanted = PINNING_NAMES if args.pinning == "both" else (args.pinning,)
+    pinnings = choose_pinnings(wanted)
+    runs = []
+    for family in families:
+        if family == "redis":
+            runs += [Run("redis", pinning) for pinning in pinnings]
+        else:  # no server: the clients' CPU is all that matters, one run is enough
+            runs.append(Run("file", pinnings[-1]))
+    return runs
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmarks; 0 on success, 1 if any library failed to run."""
     args = _parse(argv)
     settings = _settings(args)
-    families: list[Family] = ["redis", "file"] if args.only is None else [args.only]
-    pinning = choose_pinning()
+    runs = _plan(args)
     facts = machine_facts()
     versions = library_versions()
     started = time.monotonic()
@@ -149,25 +196,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     stores: dict[str, str] = {}
     notes: list[str] = []
-    with ExitStack() as stack:
-        for family in families:
-            if family == "redis":
-                fresh, store = _redis_target(stack, pinning.server_cpu)
+    for run in runs:
+        with ExitStack() as stack:
+            if run.family == "redis":
+                fresh, store = _redis_target(stack, run.pinning.server_cpu)
             else:
                 fresh, store = _file_target(stack)
-            pin_self(pinning.client_cpu)  # after the server started: it must not inherit it
-            stores[family] = store
-            print(f"{family}: {store}", file=sys.stderr, flush=True)
-            results[family], skipped = _run_family(family, fresh, settings, pinning)
-            notes += skipped
+            pin_self(run.pinning.client_cpu)  # after the server started and was pinned
+            stores[run.label] = store
+            print(f"{run.label}: {store}", file=sys.stderr, flush=True)
+            results[run.label], skipped = _run_family(run, fresh, settings)
+            notes += [note for note in skipped if note not in notes]
     elapsed = time.monotonic() - started
     load_after = load_average()
 
     header = [
         "lockkit benchmarks",
         f"machine    nproc {facts['nproc']}, {facts['cpu']}, {facts['os']}, {facts['python']}",
-        *(f"{family:<10} {store}" for family, store in stores.items()),
-        f"pinning    {pinning.describe(with_server='redis' in families)}",
+        *(f"{label:<10} {store}" for label, store in stores.items()),
+        *(
+            f"pinning    [{run.label}] {run.pinning.describe(with_server=run.family == 'redis')}"
+            for run in runs
+        ),
         "libraries  " + ", ".join(f"{name} {version}" for name, version in versions.items()),
         f"leases     ttl {TTL:g} s for every library; blocking acquires with each library's "
         "default way of waiting",
@@ -176,25 +226,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         *(f"note       {note}" for note in notes),
     ]
     print("\n".join(header))
-    for family in families:
-        for table in _tables(family, results[family], settings):
+    for run in runs:
+        for table in _tables(run, results[run.label], settings):
             print()
             print(table)
     targets = report.check_targets(results)
     if targets:
         print("\nlockkit targets")
         for t in targets:
-            print(f"  {t['verdict']:<12} {t['target']}: {t['detail']}")
+            print(f"  {t['verdict']:<12} [{t['run']}] {t['target']}: {t['detail']}")
     if args.json:
         report.write_json(
             args.json,
             {
                 "machine": facts,
                 "stores": stores,
-                "pinning": {
-                    "server_cpu": pinning.server_cpu,
-                    "client_cpu": pinning.client_cpu,
-                    "note": pinning.note,
+                "pinnings": {
+                    run.label: {
+                        "server_cpu": run.pinning.server_cpu,
+                        "client_cpu": run.pinning.client_cpu,
+                        "note": run.pinning.note,
+                    }
+                    for run in runs
                 },
                 "versions": versions,
                 "ttl": TTL,

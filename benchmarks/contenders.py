@@ -16,7 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["BASELINES", "CONTENDERS", "TTL", "Contender", "Family", "LockFactory", "by_name"]
+__all__ = [
+    "BASELINES",
+    "CONTENDERS",
+    "PEERS",
+    "TTL",
+    "Contender",
+    "Family",
+    "LockFactory",
+    "by_name",
+]
 
 #: lease given to every library, long enough that nothing expires during a run
 TTL = 10.0
@@ -211,6 +220,8 @@ CONTENDERS: tuple[Contender, ...] = (
 
 #: the row every other row of its family is compared with
 BASELINES: dict[Family, str] = {"redis": CONTENDERS[0].name, "file": "filelock"}
+#: the peer library lockkit's contention targets are set against
+PEERS: dict[Family, str] = {"redis": "redis-py Lock", "file": "filelock"}
 
 _BY_NAME = {contender.name: contender for contender in CONTENDERS}
 

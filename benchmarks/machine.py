@@ -1,8 +1,13 @@
 """What the run happens on, and CPU pinning that is the same for every library in a run.
 
-On a small machine where a process lands changes a loopback round trip severalfold, so the
-Redis server gets one CPU and every client process (benchmark workers and the coordinator)
-another one.
+On a small machine where a process lands changes a loopback round trip severalfold, so every
+run is pinned, and the Redis family runs under two pinnings:
+
+- ``same``: the server and every client process on one CPU. A loopback round trip is short
+  (tens of microseconds) and whatever a library spends on the client side shows.
+- ``split``: the server on one CPU, every client process on another. Round trips cost a few
+  hundred microseconds (a cross-CPU wake-up each way) and hide client-side cost, but clients
+  no longer compete with the server for a CPU.
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ from dataclasses import dataclass
 from importlib import metadata
 
 __all__ = [
+    "PINNING_NAMES",
     "Pinning",
-    "choose_pinning",
+    "choose_pinnings",
     "library_versions",
     "load_average",
     "machine_facts",
@@ -23,13 +29,26 @@ __all__ = [
     "pin_self",
 ]
 
-_LIBRARIES = ("lockkit", "redis", "python-redis-lock", "pottery", "filelock", "portalocker")
+_LIBRARIES = (
+    "lockkit",
+    "redis",
+    "hiredis",  # redis-py parses with it when installed: every redis row gets faster
+    "python-redis-lock",
+    "pottery",
+    "filelock",
+    "portalocker",
+)
+
+
+#: the pinnings a run can ask for, in the order they run
+PINNING_NAMES = ("same", "split")
 
 
 @dataclass(frozen=True)
 class Pinning:
     """Which CPU the server and the clients run on (None: left to the scheduler)."""
 
+    name: str
     server_cpu: int | None
     client_cpu: int | None
     note: str
@@ -41,21 +60,30 @@ class Pinning:
         return f"every client process on CPU {self.client_cpu}"
 
 
-def choose_pinning() -> Pinning:
-    """Server on the first CPU this process may use, clients on the second; say so if not."""
+def choose_pinnings(wanted: tuple[str, ...] = PINNING_NAMES) -> list[Pinning]:
+    """The pinnings named in ``wanted`` that this machine allows, from the CPUs this process
+    may use; a pinning that needs a second CPU is replaced by an unpinned note if there is
+    none."""
     if not hasattr(os, "sched_setaffinity"):
-        return Pinning(None, None, "none: this platform has no sched_setaffinity")
+        return [Pinning("none", None, None, "none: this platform has no sched_setaffinity")]
     cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        return Pinning(
-            None, None, f"none: only CPU {cpus[0]} is available, server and clients share it"
-        )
-    server, client = cpus[0], cpus[1]
-    return Pinning(
-        server,
-        client,
-        f"redis-server (all threads) on CPU {server}; every client process on CPU {client}",
-    )
+    found: list[Pinning] = []
+    for name in wanted:
+        if name == "same":
+            cpu = cpus[0]
+            note = f"same CPU: redis-server (all threads) and every client process on CPU {cpu}"
+            found.append(Pinning("same", cpu, cpu, note))
+        elif len(cpus) >= 2:
+            server, client = cpus[0], cpus[1]
+            note = (
+                f"split: redis-server (all threads) on CPU {server}; "
+                f"every client process on CPU {client}"
+            )
+            found.append(Pinning("split", server, client, note))
+        else:
+            note = f"split: not possible, only CPU {cpus[0]} is available"
+            found.append(Pinning("split", None, None, note))
+    return found
 
 
 def pin_self(cpu: int | None) -> None:

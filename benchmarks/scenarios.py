@@ -46,6 +46,8 @@ class Settings:
     warmup: int = 200
     processes: int = 8
     seconds: float = 3.0
+    #: contention runs per library, taking turns with the other libraries
+    contention_rounds: int = 2
     hold: float = 0.0005
     many_cycles: int = 5000
     many_keys: int = 1000
@@ -159,11 +161,13 @@ def uncontended(
         row = _latency(name, ours[name])
         base = _latency(baseline, paired[name]) if paired.get(name) else None
         if name == baseline:
-            row.update(ratio_mean=1.0, ratio_p50=1.0)
+            row.update(ratio_mean=1.0, ratio_p50=1.0, over_mean_us=0.0, over_p50_us=0.0)
         elif base is not None:
             row.update(
                 ratio_mean=row["mean_us"] / base["mean_us"],
                 ratio_p50=row["p50_us"] / base["p50_us"],
+                over_mean_us=row["mean_us"] - base["mean_us"],
+                over_p50_us=row["p50_us"] - base["p50_us"],
                 base_mean_us=base["mean_us"],
             )
         rows.append(row)
@@ -235,7 +239,15 @@ def _collect(workers: Sequence[Any], results: Any, barrier: Any, limit: float) -
     return list(reports.values())
 
 
-def _contend_once(name: str, target: str, settings: Settings, cpu: int | None) -> Row:
+Run = tuple[list[Section], float]
+
+
+class WorkerFailed(Exception):
+    """A contention worker reported an error (already described)."""
+
+
+def _contend_once(name: str, target: str, settings: Settings, cpu: int | None) -> Run:
+    """One run: every worker's sections and the start of the earliest; raises on failure."""
     barrier = _SPAWN.Barrier(settings.processes)
     results = _SPAWN.Queue()
     workers = [
@@ -259,24 +271,41 @@ def _contend_once(name: str, target: str, settings: Settings, cpu: int | None) -
     if failures:
         # A worker that broke the barrier is the cause; the others only saw it broken.
         failures.sort(key=lambda error: error.startswith("BrokenBarrierError"))
-        return {"library": name, "error": failures[0]}
+        raise WorkerFailed(failures[0])
     sections = [section for _, _, found, _ in reports for section in found]
-    window_start = min(start for _, start, _, _ in reports)
-    stats = section_stats(sections, window_start, settings.seconds, settings.processes)
-    return {"library": name, "waits_by": by_name(name).waits_by, **asdict(stats)}
+    return sections, min(start for _, start, _, _ in reports)
 
 
 def contention(
     names: Sequence[str], fresh_target: FreshTarget, settings: Settings, cpu: int | None
 ) -> list[Row]:
-    """N processes, one key, fixed wall time per library."""
-    rows = []
+    """N processes, one key, fixed wall time per run; each library runs
+    ``contention_rounds`` times, the libraries taking turns (in reversed order every other
+    round) so that a change in the machine's load falls on all of them."""
+    runs: dict[str, list[Run]] = {name: [] for name in names}
+    errors: dict[str, str] = {}
+    rounds = max(1, settings.contention_rounds)
+    for round_no in range(rounds):
+        for name in names if round_no % 2 == 0 else names[::-1]:
+            if name in errors:
+                continue
+            _progress(
+                f"contention   round {round_no + 1}/{rounds}  {settings.processes} processes  "
+                f"{name}"
+            )
+            try:
+                runs[name].append(_contend_once(name, fresh_target(), settings, cpu))
+            except WorkerFailed as exc:
+                errors[name] = str(exc)
+            except Exception as exc:
+                errors[name] = _describe(exc)
+    rows: list[Row] = []
     for name in names:
-        _progress(f"contention   {settings.processes} processes  {name}")
-        try:
-            rows.append(_contend_once(name, fresh_target(), settings, cpu))
-        except Exception as exc:
-            rows.append({"library": name, "error": _describe(exc)})
+        if name in errors:
+            rows.append({"library": name, "error": errors[name]})
+            continue
+        stats = section_stats(runs[name], settings.seconds, settings.processes)
+        rows.append({"library": name, "waits_by": by_name(name).waits_by, **asdict(stats)})
     return rows
 
 

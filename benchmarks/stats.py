@@ -38,38 +38,46 @@ class SectionStats:
 
 
 def section_stats(
-    sections: Sequence[Section], window_start: float, duration: float, processes: int
+    runs: Sequence[tuple[Sequence[Section], float]], duration: float, processes: int
 ) -> SectionStats:
-    """Merge every process's sections by acquisition time and measure them.
+    """Measure the sections of one or more runs, each given as (its sections, its start).
 
-    Throughput counts the sections finished inside ``[window_start, window_start+duration]``.
-    A section *overlaps* if it was acquired before an earlier-acquired one was released:
+    Within a run, every process's sections are merged by acquisition time. Throughput counts
+    the sections finished inside ``[start, start + duration]`` of each run; waits are pooled
+    over the runs; ``per_process_min``/``max`` add up each run's fewest and most. A section
+    *overlaps* if it was acquired before an earlier-acquired one of its run was released:
     ``time.monotonic`` is one clock for every process on Linux, so this is a real check of
     mutual exclusion, not an estimate.
     """
-    ordered = sorted(sections, key=lambda s: s[1])
-    window_end = window_start + duration
-    finished = sum(1 for s in ordered if s[2] <= window_end)
-    waits = sorted(s[1] - s[0] for s in ordered)
-    handoffs = sum(1 for a, b in itertools.pairwise(ordered) if a[3] != b[3])
-    overlaps = 0
-    held_until = -math.inf
-    for _, acquired, released, _ in ordered:
-        if acquired < held_until:
-            overlaps += 1
-        held_until = max(held_until, released)
-    counts: dict[int, int] = {}
-    for s in ordered:
-        counts[s[3]] = counts.get(s[3], 0) + 1
-    per_process = [counts.get(pid, 0) for pid in counts] + [0] * (processes - len(counts))
+    finished = handoffs = pairs = overlaps = fewest = most = total = 0
+    waits: list[float] = []
+    for sections, start in runs:
+        ordered = sorted(sections, key=lambda s: s[1])
+        total += len(ordered)
+        finished += sum(1 for s in ordered if s[2] <= start + duration)
+        waits += (s[1] - s[0] for s in ordered)
+        handoffs += sum(1 for a, b in itertools.pairwise(ordered) if a[3] != b[3])
+        pairs += max(0, len(ordered) - 1)
+        held_until = -math.inf
+        for _, acquired, released, _ in ordered:
+            if acquired < held_until:
+                overlaps += 1
+            held_until = max(held_until, released)
+        counts: dict[int, int] = {}
+        for s in ordered:
+            counts[s[3]] = counts.get(s[3], 0) + 1
+        per_process = list(counts.values()) + [0] * (processes - len(counts))
+        fewest += min(per_process, default=0)
+        most += max(per_process, default=0)
+    waits.sort()
     return SectionStats(
-        sections=len(ordered),
-        per_second=finished / duration,
+        sections=total,
+        per_second=finished / (duration * len(runs)) if runs else math.nan,
         wait_p50=percentile(waits, 50),
         wait_p99=percentile(waits, 99),
         wait_max=waits[-1] if waits else math.nan,
-        handoff_share=handoffs / (len(ordered) - 1) if len(ordered) > 1 else math.nan,
+        handoff_share=handoffs / pairs if pairs else math.nan,
         overlaps=overlaps,
-        per_process_min=min(per_process) if per_process else 0,
-        per_process_max=max(per_process) if per_process else 0,
+        per_process_min=fewest,
+        per_process_max=most,
     )

@@ -7,6 +7,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from ..base import owner_id
+from .wire import Packer, connections_for
 
 if TYPE_CHECKING:
     import redis
@@ -30,24 +31,33 @@ def stored_keys(lock_key: str) -> list[str]:
     return [lock_key, lock_key + ":f", lock_key + ":q", lock_key + ":e"]
 
 
+_SCRIPT_LOAD = Packer(("SCRIPT", "LOAD"))
+
+
 class Script:
     """A Lua script run by EVALSHA, loaded again if the server lost it (NOSCRIPT). Calls
-    pass its ``numkeys`` keys, then its arguments, flat."""
+    pass its ``numkeys`` keys, then its arguments, flat.
+
+    Calls take the lock operations' own path (:mod:`.wire`): the command's head is packed
+    once, and it goes out on a connection held for these calls, not through redis-py's
+    per-command machinery. Failures raise redis-py's exception types all the same.
+    """
 
     def __init__(self, client: redis.Redis, name: str, numkeys: int) -> None:
         from redis.exceptions import NoScriptError
 
-        self._client = client
         self._noscript = NoScriptError
         self.source = _script(name)
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()  # noqa: S324 (Redis' id)
         self.numkeys = numkeys
+        self._packer = Packer(("EVALSHA", self.sha, numkeys))
+        self._connections = connections_for(client)
 
     def __call__(self, *keys_and_args: Any) -> Any:
+        packed = self._packer.pack(keys_and_args)
         try:
-            return self._client.evalsha(self.sha, self.numkeys, *keys_and_args)
+            return self._connections.call(packed)
         except self._noscript:
-            self.sha = self._client.script_load(self.source)
-            return self._client.evalsha(self.sha, self.numkeys, *keys_and_args)
-
-
+            # The digest is the source's: loading it again gives the same one.
+            self._connections.call(_SCRIPT_LOAD.pack((self.source,)))
+            return self._connections.call(packed)
