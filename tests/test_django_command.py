@@ -79,7 +79,8 @@ def test_run_needs_a_command() -> None:
 def test_run_is_a_singleton_across_processes_and_keeps_the_exit_code(tmp_path: Path) -> None:
     url = f"file://{tmp_path}/locks"
     log = tmp_path / "runs.log"
-    job = ["run", "--", "sleepy", "--log", str(log), "--seconds", "1.5"]
+    go = tmp_path / "go"  # the first run holds its lock until the second has been turned away
+    job = ["run", "--", "sleepy", "--log", str(log), "--until", str(go)]
     first = subprocess.Popen(
         [sys.executable, "-m", "django", "lockkit", *job],
         env={
@@ -98,6 +99,7 @@ def test_run_is_a_singleton_across_processes_and_keeps_the_exit_code(tmp_path: P
     second = manage(*job, url=url)
     assert second.returncode == 75, second.stderr
     assert "not run" in second.stderr
+    go.touch()
     assert first.wait(60) == 0, first.stderr.read() if first.stderr else ""
     assert [line.split()[0] for line in log.read_text().splitlines()] == ["start", "end"]
     with LockKit(url) as kit:
