@@ -10,27 +10,22 @@ The app below is also what gunicorn imports: ``benchmarks.flask_route:create_app
 from __future__ import annotations
 
 import argparse
-import http.client
 import os
-import random
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from flask import Flask
 
-from lockkit_core.testing.servers import RedisServer, free_port
+from lockkit_core.testing.servers import RedisServer
 from lockkit_flask import LockKit, lock_route
 
-from .stats import percentile
+from .http_load import Result, run_python, run_wrk, start_gunicorn
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,143 +48,16 @@ def create_app() -> Flask:
     return app
 
 
-@dataclass(frozen=True)
-class Result:
-    backend: str
-    route: str
-    requests: int
-    per_second: float
-    p50_ms: float
-    p99_ms: float
-    errors: int
-
-
-_WRK_SCRIPT = """
-math.randomseed(os.time() + tonumber(tostring({}):sub(8), 16))
-request = function()
-  return wrk.format("GET", "/ROUTE/" .. math.random(1, 2000000000))
-end
-"""
-
-
-def _wrk_ms(text: str, label: str) -> float:
-    match = re.search(rf"^\s*{label}%\s+([\d.]+)(us|ms|s)\b", text, re.M)
-    if match is None:
-        return float("nan")
-    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[match.group(2)]
-    return float(match.group(1)) * scale
-
-
-def run_wrk(port: int, route: str, seconds: float, connections: int, tmp: Path) -> Result:
-    script = tmp / f"{route}.lua"
-    script.write_text(_WRK_SCRIPT.replace("ROUTE", route))
-    out = subprocess.run(
-        [
-            "wrk",
-            "-t2",
-            f"-c{connections}",
-            f"-d{seconds:g}s",
-            "--latency",
-            "-s",
-            str(script),
-            f"http://127.0.0.1:{port}",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
-    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return Result(
-        "",
-        route,
-        total,
-        rate,
-        _wrk_ms(out, "50"),
-        _wrk_ms(out, "99"),
-        int(errors.group(1)) if errors else 0,
-    )
-
-
-def run_python(port: int, route: str, seconds: float, connections: int) -> Result:
-    latencies: list[float] = []
-    errors = 0
-    guard = threading.Lock()
-    stop = time.monotonic() + seconds
-
-    def client() -> None:
-        nonlocal errors
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        mine: list[float] = []
-        bad = 0
-        while time.monotonic() < stop:
-            started = time.perf_counter()
-            conn.request("GET", f"/{route}/{random.getrandbits(60)}")
-            response = conn.getresponse()
-            response.read()
-            mine.append(time.perf_counter() - started)
-            bad += response.status != 200
-        conn.close()
-        with guard:
-            latencies.extend(mine)
-            errors += bad
-
-    threads = [threading.Thread(target=client) for _ in range(connections)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    ordered = sorted(latencies)
-    return Result(
-        "",
-        route,
-        len(ordered),
-        len(ordered) / seconds,
-        percentile(ordered, 50) * 1000,
-        percentile(ordered, 99) * 1000,
-        errors,
-    )
-
-
 def gunicorn(url: str, log: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "--chdir",
-        str(ROOT),
-        "-b",
-        f"127.0.0.1:{port}",
-        "-w",
-        "2",
-        "--threads",
-        "4",
-        "-k",
-        "gthread",
-        "--log-level",
-        "warning",
+    """Serve :func:`create_app` with 2 workers x 4 gthread threads, locking on ``url``."""
+    return start_gunicorn(
         "benchmarks.flask_route:create_app()",
-    ]
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            command,
-            env={**os.environ, "BENCH_LOCKKIT_URL": url},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/locked/warmup")
-            if conn.getresponse().status == 200:
-                return process, port
-        except OSError:
-            time.sleep(0.05)
-    process.kill()
-    raise RuntimeError(f"gunicorn did not start: {log.read_text()}")
+        ["-w", "2", "--threads", "4", "-k", "gthread"],
+        {"BENCH_LOCKKIT_URL": url},
+        "/locked/warmup",
+        log,
+        ROOT,
+    )
 
 
 def main() -> int:

@@ -1,0 +1,146 @@
+"""``LockMiddleware`` measured inside one process, through Django's WSGI handler.
+
+Over HTTP, the noise of a run is larger than the few microseconds the middleware may cost on
+a path no rule matches; here the same requests go straight into two ``WSGIHandler``s, one
+built with ``LockMiddleware`` in ``MIDDLEWARE`` and one without, in alternating batches
+(a burst of load elsewhere hits both alike), and each request is timed on its own. Each
+request's WSGI environ is built before its clock starts; the clock covers what a WSGI server
+calls: ``handler(environ, start_response)`` and ``response.close()``.
+
+Needs Django configured (``benchmarks.django_settings``, or any settings: the routes, the
+middleware and ``LOCKKIT`` are overridden here).
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import statistics
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from django.core.handlers.wsgi import WSGIHandler
+from django.test import RequestFactory, override_settings
+
+from .django_settings import LOCK_MIDDLEWARE, lockkit_settings
+from .redis_monitor import CommandCounter
+from .stats import percentile
+
+__all__ = ["Case", "InProcess", "cases", "measure"]
+
+_ROUTES = "benchmarks.django_urls"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One comparison: ``route`` with and without the middleware, locking on ``url``."""
+
+    name: str
+    route: str
+    url: str
+
+
+@dataclass(frozen=True)
+class InProcess:
+    """Per-request times of one case (microseconds), and the Redis commands each request sent
+    (None: not a Redis store)."""
+
+    case: Case
+    requests: int
+    without_mean: float
+    without_p50: float
+    with_mean: float
+    with_p50: float
+    with_p99: float
+    commands_per_request: float | None
+    commands: dict[str, float]
+
+    @property
+    def mean_overhead(self) -> float:
+        """Mean time the middleware added to a request, in microseconds."""
+        return self.with_mean - self.without_mean
+
+    @property
+    def p50_overhead(self) -> float:
+        """What the middleware added to the median request, in microseconds."""
+        return self.with_p50 - self.without_p50
+
+
+def cases(file_url: str, redis_url: str | None) -> list[Case]:
+    """The no-rule path (on Redis when there is one: it must not touch the store), then a
+    matching rule on each store."""
+    found = [Case("no rule matches", "plain", redis_url or file_url)]
+    if redis_url is not None:
+        found.append(Case("rule, redis://", "locked", redis_url))
+    found.append(Case("rule, file://", "locked", file_url))
+    return found
+
+
+_numbers = itertools.count(1)
+
+
+def _handler(with_middleware: bool) -> WSGIHandler:
+    with override_settings(MIDDLEWARE=[LOCK_MIDDLEWARE] if with_middleware else []):
+        return WSGIHandler()  # reads MIDDLEWARE once, here
+
+
+def _batch(handler: WSGIHandler, route: str, requests: int) -> list[float]:
+    factory = RequestFactory()
+    environs = [factory.get(f"/{route}/{next(_numbers)}").environ for _ in range(requests)]
+    statuses: list[str] = []
+
+    def start_response(status: str, headers: object, exc_info: object = None) -> None:
+        statuses.append(status)
+
+    gc.collect()
+    took = []
+    clock = time.perf_counter_ns
+    for environ in environs:
+        started = clock()
+        handler(environ, start_response).close()  # type: ignore[arg-type]
+        took.append((clock() - started) / 1000.0)
+    bad = [s for s in statuses if not s.startswith("200")]
+    if bad:
+        raise RuntimeError(f"/{route}/ answered {bad[0]} ({len(bad)} of {requests} requests)")
+    return took
+
+
+def _count(
+    case: Case, handler: WSGIHandler, requests: int
+) -> tuple[float | None, dict[str, float]]:
+    parts = urlsplit(case.url)
+    if parts.scheme != "redis":
+        return None, {}
+    with CommandCounter(parts.port or 6379, parts.hostname or "127.0.0.1") as seen:
+        _batch(handler, case.route, requests)
+    per = {name: calls / requests for name, calls in sorted(seen.commands.items())}
+    return seen.total / requests, per
+
+
+def measure(case: Case, requests: int, rounds: int) -> InProcess:
+    """``rounds`` batches of ``requests`` per handler, alternating which goes first; then one
+    more batch with the middleware under MONITOR, to count the Redis commands."""
+    with override_settings(
+        ROOT_URLCONF=_ROUTES, ALLOWED_HOSTS=["*"], LOCKKIT=lockkit_settings(case.url)
+    ):
+        with_mw, without_mw = _handler(True), _handler(False)
+        _batch(with_mw, case.route, requests)  # warm up: connections, scripts, imports
+        _batch(without_mw, case.route, requests)
+        times: dict[bool, list[float]] = {True: [], False: []}
+        for i in range(rounds):
+            for on in (True, False) if i % 2 else (False, True):
+                times[on] += _batch(with_mw if on else without_mw, case.route, requests)
+        per_request, commands = _count(case, with_mw, requests)
+    on, off = sorted(times[True]), sorted(times[False])
+    return InProcess(
+        case=case,
+        requests=len(on),
+        without_mean=statistics.fmean(off),
+        without_p50=percentile(off, 50),
+        with_mean=statistics.fmean(on),
+        with_p50=percentile(on, 50),
+        with_p99=percentile(on, 99),
+        commands_per_request=per_request,
+        commands=commands,
+    )
