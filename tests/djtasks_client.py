@@ -17,7 +17,6 @@ import django
 django.setup()
 
 from django.db import connection  # noqa: E402
-
 from djproject import tasks  # noqa: E402
 
 
