@@ -20,13 +20,8 @@ from typing import Any
 from celery.result import AsyncResult
 
 from lockkit_core import LockKit
-from lockkit_core.dedupe import (
-    derived_task_id,
-    done_key,
-    find_done_task_id,
-    find_task_id,
-    id_key,
-)
+from lockkit_core.dedupe import derived_task_id
+from lockkit_core.dedupe.claims import claim_key, put_id
 
 from .duplicates import report_duplicate
 from .errors import TaskLocked
@@ -92,24 +87,17 @@ def enqueue(
 
     A duplicate raises :class:`TaskLocked` instead of answering when ``on_duplicate`` is
     ``"raise"`` or the call carries ``callbacks``, which the queued task would not run."""
-    if opts.once is not None and kit.admin.info(done_key(key)) is not None:
-        return _duplicate(task, key, find_done_task_id(kit, key), opts, "done", callbacks)
     lease = opts.enqueue_ttl + delay
-    for _ in range(3):
-        lock = kit.lock(key, ttl=lease, auto_renew=False, reentrant=False)
-        if lock.acquire(blocking=False, timeout=0):
-            break
-        original = find_task_id(kit, key)
-        if original is not None:
-            if opts.on_duplicate == "retry":  # queue it anyway: the worker serialises
-                return publish(task_id, {**headers, HEADER: {"key": key}})
-            return _duplicate(task, key, original, opts, "enqueued", callbacks)
-        # Released between the attempt and the read: try again.
-    else:
-        return _duplicate(task, key, None, opts, "enqueued", callbacks)
-    if opts.once is not None and kit.admin.info(done_key(key)) is not None:
-        lock.release()  # the task succeeded between the first check and the acquisition
-        return _duplicate(task, key, find_done_task_id(kit, key), opts, "done", callbacks)
+    claim = claim_key(kit, key, lease, once=opts.once is not None)
+    lock = claim.lock
+    if lock is None:
+        if (
+            claim.reason == "enqueued"
+            and claim.original is not None
+            and (opts.on_duplicate == "retry")
+        ):  # queue it anyway: the worker serialises
+            return publish(task_id, {**headers, HEADER: {"key": key}})
+        return _duplicate(task, key, claim.original, opts, claim.reason, callbacks)
     record: dict[str, Any] = {"key": key, "owner": lock.owner}
     derived = derived_task_id(kit, key, lock.token)
     marker = None
@@ -119,8 +107,7 @@ def enqueue(
         elif task_id != derived:
             if task_id is None:
                 task_id = str(uuid.uuid4())
-            marker = kit.lock(id_key(key, task_id), ttl=lease, auto_renew=False, reentrant=False)
-            marker.acquire(blocking=False, timeout=0)
+            marker = put_id(kit, key, task_id, lease)
             record["id_owner"] = marker.owner
         result = publish(task_id, {**headers, HEADER: record})
     except BaseException:

@@ -1,19 +1,7 @@
-"""``TaskLocked``: the one error the Celery adapter adds to the core's tree."""
+"""``TaskLocked``, shared by every task adapter (it lives in :mod:`lockkit_core.dedupe`)."""
 
 from __future__ import annotations
 
-from lockkit_core import LockUnavailable
+from lockkit_core.dedupe.errors import TaskLocked
 
 __all__ = ["TaskLocked"]
-
-
-class TaskLocked(LockUnavailable):
-    """The task's lock is held by another call; ``.task_id`` names the task that holds it
-    (None when it could not be told) and ``.key`` the lock key."""
-
-    def __init__(self, key: str, task_id: str | None, message: str) -> None:
-        self.task_id = task_id
-        super().__init__(key, message)
-
-    def __reduce__(self) -> tuple[type[TaskLocked], tuple[str, str | None, str]]:
-        return (type(self), (self.key, self.task_id, str(self)))

@@ -15,7 +15,7 @@ from lockkit_core.config import UNSET
 from lockkit_core.dedupe import TaskKey
 
 from .enqueue import HEADER, delay_of, enqueue
-from .run import Guard, begin
+from .run import CeleryGuard, begin
 from .settings import DEFAULTS, ON_DUPLICATE, kit_for, resolve
 
 __all__ = ["LockedTask", "locked_task"]
@@ -147,7 +147,7 @@ class LockedTask(Task):  # type: ignore[misc]
 
 
 def _finish(request: Any, status: str, retval: Any) -> None:
-    guard: Guard | None = getattr(request, _GUARD, None)
+    guard: CeleryGuard | None = getattr(request, _GUARD, None)
     if guard is not None:
         setattr(request, _GUARD, None)
         guard.finish(status, retval)

@@ -10,6 +10,7 @@ adapter's own keys, into one :class:`LockKitState` per settings value.
         "RETRY_AFTER": 1,                    # the Retry-After of a 409 or 503
         "MIDDLEWARE": {"RULES": [{"PATH": r"^/orders/(?P<order_id>\\d+)/pay/$",
                                   "METHODS": ["POST"], "KEY": "order:{order_id}"}]},
+        "TASKS": {"TTL": 30, "ONCE": None},  # @locked_task defaults (lockkit_django.tasks)
     }
 
 The state is rebuilt when the setting changes (``setting_changed``, so ``override_settings``
@@ -34,6 +35,7 @@ from lockkit_core import LockKit as CoreKit
 from lockkit_core.config import check_timeout
 
 from .rules import PathRule, rule_from_mapping
+from .task_options import parse_tasks
 
 __all__ = [
     "ADAPTER_SETTINGS",
@@ -47,7 +49,7 @@ __all__ = [
 ]
 
 CORE_SETTINGS: Final = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
-ADAPTER_SETTINGS: Final = ("WAIT", "RETRY_AFTER", "MIDDLEWARE")
+ADAPTER_SETTINGS: Final = ("WAIT", "RETRY_AFTER", "MIDDLEWARE", "TASKS")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class AdapterSettings:
     wait: float | None = 0.0
     retry_after: int = 1
     rules: tuple[PathRule, ...] = ()
+    tasks: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _retry_after(value: object) -> int:
@@ -118,6 +121,7 @@ def parse_settings(raw: object) -> AdapterSettings:
         wait=check_timeout(own["WAIT"], "LOCKKIT['WAIT']") if "WAIT" in own else 0.0,
         retry_after=_retry_after(own["RETRY_AFTER"]) if "RETRY_AFTER" in own else 1,
         rules=_rules(own["MIDDLEWARE"]) if "MIDDLEWARE" in own else (),
+        tasks=parse_tasks(own["TASKS"]) if "TASKS" in own else {},
     )
 
 

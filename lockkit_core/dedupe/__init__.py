@@ -7,9 +7,15 @@ same key and leaves the same records whichever framework enqueued it:
   the signature, canonical JSON, hashed; or a ``unique_on`` subset, a template, a callable).
 * :mod:`lockkit_core.dedupe.records` names the records (``<key>``, ``run:<task id>``, the
   ``once`` markers) and finds the task id that holds a key.
+* :mod:`~lockkit_core.dedupe.claims` (the producer: claim a key, or find its task),
+  :mod:`~lockkit_core.dedupe.runs` (the worker: one copy per task id, one task per key) and
+  :mod:`~lockkit_core.dedupe.duplicates` (every duplicate logged and counted).
 """
 
 from .calls import TaskKey, canonical_json
+from .claims import Claim, claim_key, put_id
+from .duplicates import REASONS, count_duplicate, duplicate_counts
+from .errors import TaskLocked
 from .records import (
     derived_task_id,
     done_key,
@@ -20,16 +26,29 @@ from .records import (
     put_marker,
     run_key,
 )
+from .runs import Busy, Guard, RunOptions, start_run, try_lock
 
 __all__ = [
+    "REASONS",
+    "Busy",
+    "Claim",
+    "Guard",
+    "RunOptions",
     "TaskKey",
+    "TaskLocked",
     "canonical_json",
+    "claim_key",
+    "count_duplicate",
     "derived_task_id",
     "done_key",
+    "duplicate_counts",
     "find_done_task_id",
     "find_task_id",
     "finished",
     "id_key",
+    "put_id",
     "put_marker",
     "run_key",
+    "start_run",
+    "try_lock",
 ]

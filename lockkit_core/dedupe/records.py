@@ -81,10 +81,11 @@ def _listed_id(kit: LockKit, prefix: str) -> str | None:
     return infos[-1].key[len(prefix) :] if infos else None
 
 
-def find_task_id(kit: LockKit, key: str) -> str | None:
-    """The id of the task that holds ``key`` now, or None if it is free."""
+def find_task_id(kit: LockKit, key: str, *, derived: bool = True) -> str | None:
+    """The id of the task that holds ``key`` now, or None if it is free (or, with
+    ``derived=False``, if no :func:`id_key` record names it yet)."""
     named = _listed_id(kit, f"{key}:id:")
-    if named is not None:
+    if named is not None or not derived:
         return named
     info = kit.admin.info(key)
     return None if info is None else derived_task_id(kit, key, info.token)

@@ -5,5 +5,6 @@
 
 from .proxy import TcpProxy
 from .servers import RedisServer, free_port, redis_ping
+from .taskworkers import TaskWorkers
 
-__all__ = ["RedisServer", "TcpProxy", "free_port", "redis_ping"]
+__all__ = ["RedisServer", "TaskWorkers", "TcpProxy", "free_port", "redis_ping"]

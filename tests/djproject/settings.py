@@ -15,6 +15,8 @@ INSTALLED_APPS = [
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
+    "django_tasks",
+    "django_tasks_db",
     "lockkit_django",
     "djproject",
 ]
@@ -32,6 +34,9 @@ DATABASES = {
         "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"},
     }
 }
+
+# lockkit_django.tasks' tests: tasks stored in this database, run by real db_worker processes.
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 LOCKKIT = {
     "URL": os.environ.get("DJPROJECT_LOCKKIT_URL", "memory://djproject"),

@@ -1,0 +1,155 @@
+"""lockkit_django.tasks against real workers: the test project's tasks (tests/djproject/tasks.py)
+stored by django-tasks-db in a database file, run by three real ``db_worker`` processes, locked
+on the session's real redis-server. Each task body appends a line to a file per call, so the
+tests count how often it ran.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from typing import Any
+
+import pytest
+from django.core.checks import run_checks
+from django.test import override_settings
+from djtasks_fixtures import TaskProject
+
+from lockkit_core import ConfigError, LockKit
+from lockkit_core.dedupe import run_key
+
+THREADS = 8
+
+
+def _order() -> int:
+    return random.randrange(10**6, 10**7)
+
+
+def _settled(project: TaskProject, name: str, order_id: int, want: int, wait: float = 0.5) -> int:
+    """The run count once it reached ``want`` and stayed there ``wait`` seconds (extra runs
+    of duplicates would show up meanwhile)."""
+    deadline = time.monotonic() + 30
+    while project.runs(name, order_id) < want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(wait)
+    return project.runs(name, order_id)
+
+
+@pytest.mark.redis
+def test_a_storm_of_duplicate_enqueues_gives_one_result_and_one_run(
+    task_project: TaskProject,
+) -> None:
+    order = _order()
+    ids = task_project.enqueue("send_sms", order, threads=THREADS)
+    assert len(ids) == THREADS
+    assert len(set(ids)) == 1, f"every caller must get the first call's result id: {ids}"
+    rows = task_project.rows("send_sms")
+    assert [r[0] for r in rows] == ids[:1], "exactly one task row"
+    task_project.wait_status("send_sms", ids[0], {"SUCCESSFUL"})
+    assert _settled(task_project, "send_sms", order, 1) == 1
+
+    # The same storm on the plain @task twin: every caller queues its own task, each runs.
+    order = _order()
+    plain = task_project.enqueue("send_sms_unlocked", order, threads=THREADS)
+    assert len(set(plain)) == THREADS
+    for result_id in plain:
+        task_project.wait_status("send_sms_unlocked", result_id, {"SUCCESSFUL"})
+    assert _settled(task_project, "send_sms_unlocked", order, THREADS, wait=0.2) == THREADS
+
+
+@pytest.mark.redis
+def test_once_answers_a_call_after_completion_with_the_first_result(
+    task_project: TaskProject,
+) -> None:
+    order = _order()
+    (first,) = task_project.enqueue("send_receipt", order)
+    task_project.wait_status("send_receipt", first, {"SUCCESSFUL"})
+    assert task_project.enqueue("send_receipt", order, threads=3) == [first] * 3
+    assert [r[0] for r in task_project.rows("send_receipt")] == [first]
+    assert _settled(task_project, "send_receipt", order, 1, wait=0.3) == 1
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_a_killed_worker_frees_its_locks_within_the_ttl_and_the_call_runs_again_once(
+    task_project: TaskProject,
+) -> None:
+    order = _order()
+    hold = task_project.folder / f"hold-{order}"
+    hold.touch()
+    (first,) = task_project.enqueue("export", order)
+    _, _, (worker,) = task_project.wait_status("export", first, {"RUNNING"})
+    while task_project.runs("export-start", order) < 1:
+        time.sleep(0.02)
+    with LockKit(task_project.lock_url) as kit:
+        assert kit.admin.info(run_key(first)) is not None, "the run lock is held while it runs"
+        task_project.workers.kill(worker)
+        killed = time.monotonic()
+        while kit.admin.info(run_key(first)) is not None:
+            assert time.monotonic() - killed < 1.5 + 1.5, "the run lock outlived its ttl"
+            time.sleep(0.02)
+        assert not kit.admin.list("task:djproject.tasks.export:"), "the call's key is free"
+    fresh = task_project.workers.start()
+    hold.unlink()
+    (second,) = task_project.enqueue("export", order)
+    assert second != first, "a new enqueue of the same call is accepted"
+    _, _, ran_by = task_project.wait_status("export", second, {"SUCCESSFUL"})
+    assert worker not in ran_by
+    assert _settled(task_project, "export", order, 1, wait=0.3) == 1
+    # What the killed worker leaves behind: its row stays RUNNING, nothing runs it again.
+    assert task_project.rows("export")[0][:2] == (first, "RUNNING")
+    assert fresh in task_project.workers.procs
+
+
+def _check_ids(lockkit: dict[str, Any]) -> list[str]:
+    with override_settings(LOCKKIT=lockkit):
+        return [m.id or "" for m in run_checks() if (m.id or "").startswith("lockkit.")]
+
+
+def test_bad_task_settings_are_system_check_errors_naming_the_option() -> None:
+    with override_settings(LOCKKIT={"URL": "memory://", "TASKS": {"TTL": -1}}):
+        errors = [m for m in run_checks() if m.id == "lockkit.E003"]
+    assert len(errors) == 1 and "LOCKKIT['TASKS']['TTL']" in errors[0].msg
+    with override_settings(LOCKKIT={"URL": "memory://", "TASKS": {"ONCEE": 5}}):
+        errors = [m for m in run_checks() if m.id == "lockkit.E003"]
+    assert len(errors) == 1 and "ONCEE" in errors[0].msg and "ONCE" in errors[0].msg
+    with override_settings(LOCKKIT={"URL": "memory://", "TASKS": {"ON_DUPLICATE": "retry"}}):
+        errors = [m for m in run_checks() if m.id == "lockkit.E003"]
+    assert len(errors) == 1 and "ON_DUPLICATE" in errors[0].msg
+    assert "lockkit.E003" not in _check_ids({"URL": "memory://", "TASKS": {"ONCE": 60}})
+
+
+def notify(order_id: int) -> None:
+    """A module-level function, as django.tasks requires of a task."""
+
+
+def test_bad_decorator_options_are_config_errors_naming_the_option() -> None:
+    from lockkit_django.tasks import locked_task
+
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"once": "soon"}, "once"),
+        ({"ttl": 0}, "ttl"),
+        ({"wait": -1}, "wait"),
+        ({"on_duplicate": "retry"}, "on_duplicate"),
+        ({"enqueue_lock": "yes"}, "enqueue_lock"),
+        ({"unique_on": ["order"]}, "order"),
+        ({"key": "notify:{order}"}, "order"),
+        ({"key": "k", "unique_on": ["order_id"]}, "unique_on"),
+    ]
+    for options, named in cases:
+        with pytest.raises(ConfigError, match=named):
+            locked_task(**options)(notify)
+
+
+def test_keys_and_options_follow_the_celery_rules() -> None:
+    from djproject import tasks
+
+    keys = tasks.send_sms.lockkit.keys
+    assert keys((7,), {}) == keys((), {"order_id": 7, "text": "other"})  # unique_on
+    assert keys((7,), {}) != keys((8,), {})
+    assert keys((7,), {}).startswith("task:djproject.tasks.send_sms:")
+    with override_settings(LOCKKIT={"URL": "memory://", "TASKS": {"TTL": 9, "ONCE": 5}}):
+        opts = tasks.send_sms.lockkit.options()
+        assert (opts.ttl, opts.once) == (2.0, 5.0)  # the decorator beats the setting
+    assert os.environ.get("DJANGO_SETTINGS_MODULE") == "djproject.settings"
