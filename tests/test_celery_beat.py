@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
 def _beat(base: str, workdir: Path, name: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "LOCKKIT_TEST_REDIS": base, "PYTHONPATH": str(HERE)}
+    env.pop("DJANGO_SETTINGS_MODULE", None)  # a plain Celery beat, not Django's
     log = (workdir / f"{name}.log").open("wb")
     return subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "celery_beat_app", "beat", "-l", "info",
@@ -42,7 +43,15 @@ def test_one_beat_schedules_and_a_standby_takes_over(
     client.delete("beat-test")
     beats = [_beat(base, tmp_path, "a"), _beat(base, tmp_path, "b")]
     try:
-        time.sleep(4.0)  # both started, one scheduling
+        # Both started (however loaded the machine) and one is scheduling.
+        deadline = time.monotonic() + 60
+        while not all("beat: Starting" in (tmp_path / f"{n}.log").read_text() for n in "ab"):
+            assert time.monotonic() < deadline, "the beats never started"
+            time.sleep(0.1)
+        while _sent(client) == 0:
+            assert time.monotonic() < deadline, "no beat ever sent a tick"
+            time.sleep(0.1)
+        time.sleep(1.0)
         start = _sent(client)
         time.sleep(5.0)
         both = _sent(client) - start
