@@ -1,9 +1,11 @@
 """Test support shipped with lockkit: real servers, a fault-injecting proxy, the contract suite.
 
-``servers`` and ``proxy`` need only the standard library; ``contract`` needs pytest.
+``servers``, ``postgres`` and ``proxy`` need only the standard library; ``contract`` needs
+pytest.
 """
 
+from .postgres import PostgresServer
 from .proxy import TcpProxy
 from .servers import RedisServer, free_port, redis_ping
 
-__all__ = ["RedisServer", "TcpProxy", "free_port", "redis_ping"]
+__all__ = ["PostgresServer", "RedisServer", "TcpProxy", "free_port", "redis_ping"]

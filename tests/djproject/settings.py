@@ -30,7 +30,18 @@ DATABASES = {
         "NAME": os.environ.get("DJPROJECT_DB", ":memory:"),
         # Two worker processes write: wait for the database lock instead of failing.
         "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"},
-    }
+    },
+    # A real PostgreSQL: the test session fills this in from its own server
+    # (tests/postgres_fixtures.py); processes the tests start get it through the environment.
+    "pg": {
+        "ENGINE": "django.db.backends.postgresql",
+        "HOST": os.environ.get("DJPROJECT_PG_HOST", "127.0.0.1"),
+        "PORT": os.environ.get("DJPROJECT_PG_PORT", "5432"),
+        "USER": os.environ.get("DJPROJECT_PG_USER", "lockkit"),
+        "PASSWORD": "",
+        "NAME": os.environ.get("DJPROJECT_PG_NAME", "lockkit"),
+        "TEST": {"NAME": "test_lockkit", "DEPENDENCIES": []},
+    },
 }
 
 LOCKKIT = {
