@@ -1,9 +1,10 @@
 """A lock holder that writes an Account row on PostgreSQL, steered through stdin.
 
-    python fence_writer_process.py URL KEY TTL ACCOUNT_ID
+    python fence_writer_process.py URL KEY TTL
 
 Runs tests/djproject with its ``pg`` alias taken from DJPROJECT_PG_* and prints ``ready``
-once connected. Then one line per command: ``acquire`` -> ``acquired <token>`` | ``busy``;
+once connected. Then one line per command: ``row <id>`` -> ``ok`` (the Account row to write);
+``acquire`` -> ``acquired <token>`` | ``busy`` (a new lock handle each time);
 ``fenced <balance>`` -> ``written 1`` | ``written 0`` (fenced_update with our token);
 ``plain <balance>`` -> ``written <rows>`` (a plain UPDATE, no fence); ``release`` ->
 ``released`` | ``lost`` | ``notowned``; ``quit`` exits 0. A write never checks the lock
@@ -24,7 +25,7 @@ def say(line: str) -> None:
 
 
 def main() -> int:
-    url, key, ttl, account_id = sys.argv[1:5]
+    url, key, ttl = sys.argv[1:4]
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "djproject.settings")
     django.setup()
     from djproject.models import Account
@@ -32,8 +33,9 @@ def main() -> int:
     from lockkit_core import LockKit, LockLost, LockNotOwned
     from lockkit_django import fenced_update
 
-    row = Account.objects.using("pg").filter(pk=int(account_id))
-    row.get()  # connect now, not while the test waits on us
+    rows = Account.objects.using("pg")
+    row = rows.none()
+    rows.exists()  # connect now, not while the test waits on us
     kit = LockKit(url, namespace="race")
     lock = kit.lock(key, ttl=float(ttl), auto_renew=True, reentrant=False)
     token: int | None = None  # kept after the lease is lost, as a paused holder would
@@ -42,7 +44,11 @@ def main() -> int:
         command, _, arg = raw.strip().partition(" ")
         if command == "quit":
             return 0
-        if command == "acquire":
+        if command == "row":
+            row = rows.filter(pk=int(arg))
+            say("ok")
+        elif command == "acquire":
+            lock = kit.lock(key, ttl=float(ttl), auto_renew=True, reentrant=False)
             if lock.acquire(timeout=15):
                 token = lock.token
                 say(f"acquired {token}")

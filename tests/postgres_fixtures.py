@@ -40,14 +40,10 @@ def django_db_modify_db_settings(
     connections[PG_ALIAS].settings_dict.update(server.settings())
 
 
-@pytest.fixture
-def pg_env(postgres_server: PostgresServer) -> dict[str, str]:
+@pytest.fixture(scope="session")
+def pg_env(postgres_server: PostgresServer, django_db_setup: None) -> dict[str, str]:
     """Environment variables that point a djproject process's ``pg`` alias at the test database
-    (needs a test marked ``django_db(databases=[..., "pg"], transaction=True)``)."""
+    (rows it should see must be committed: ``django_db(databases=["pg"], transaction=True)``)."""
     settings = connections[PG_ALIAS].settings_dict
-    return {
-        "DJPROJECT_PG_HOST": str(settings["HOST"]),
-        "DJPROJECT_PG_PORT": str(settings["PORT"]),
-        "DJPROJECT_PG_USER": str(settings["USER"]),
-        "DJPROJECT_PG_NAME": str(settings["NAME"]),
-    }
+    names = ("HOST", "PORT", "USER", "NAME")
+    return {f"DJPROJECT_PG_{name}": str(settings[name]) for name in names}

@@ -36,10 +36,9 @@ TTL = 1.0
 class Writer:
     """One fence_writer_process.py, read line by line."""
 
-    def __init__(self, url: str, account_id: int, env: dict[str, str]) -> None:
+    def __init__(self, url: str, env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(TESTS / "fence_writer_process.py"), url, KEY, str(TTL),
-             str(account_id)],
+            [sys.executable, str(TESTS / "fence_writer_process.py"), url, KEY, str(TTL)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=TESTS,
             env={**os.environ, **env, "PYTHONPATH": str(TESTS)},
         )
@@ -68,20 +67,28 @@ class Writer:
         self.proc.wait(10)
 
 
-@pytest.fixture
-def writers(redis_server: RedisServer, pg_env: dict[str, str]) -> Iterator[list[Writer]]:
-    """Three writers on one fresh Account row, each connected and ready."""
-    account = Account.objects.using("pg").create(balance=0)
-    started = [Writer(redis_server.url, account.pk, pg_env) for _ in range(3)]
+@pytest.fixture(scope="module")
+def started(redis_server: RedisServer, pg_env: dict[str, str]) -> Iterator[list[Writer]]:
+    """Three writer processes for the module (they start slowly), each connected and ready."""
+    writers = [Writer(redis_server.url, pg_env) for _ in range(3)]
     try:
-        for writer in started:
+        for writer in writers:
             assert writer.read() == "ready"
-        yield started
+        yield writers
     finally:
-        for writer in started:
+        for writer in writers:
             writer.close()
-        with LockKit(redis_server.url, namespace="race") as kit:
-            kit.admin.force_release(KEY)
+
+
+@pytest.fixture
+def writers(started: list[Writer], redis_server: RedisServer) -> Iterator[list[Writer]]:
+    """The writers, all on one fresh Account row."""
+    account = Account.objects.using("pg").create(balance=0)
+    for writer in started:
+        assert writer.ask(f"row {account.pk}") == "ok"
+    yield started
+    with LockKit(redis_server.url, namespace="race") as kit:
+        kit.admin.force_release(KEY)
 
 
 def _lease_ends(redis_server: RedisServer) -> None:

@@ -5,6 +5,7 @@ PostgreSQL is in test_django_fence_race.py."""
 from __future__ import annotations
 
 import pytest
+from django.db import connections
 from djproject.models import Account
 
 from lockkit_core import ConfigError, LockKit, LockNotOwned
@@ -23,6 +24,7 @@ DATABASES = [
 
 @pytest.mark.parametrize("alias", DATABASES)
 def test_a_stale_holder_cannot_overwrite_a_newer_holder(alias: str) -> None:
+    assert connections[alias].vendor == {"default": "sqlite", "pg": "postgresql"}[alias]
     account = Account.objects.using(alias).create(balance=100)
     row = Account.objects.using(alias).filter(pk=account.pk)
     with LockKit("memory://fence") as kit:
