@@ -1,19 +1,32 @@
-"""fenced_update and optimistic_update on a real SQLite database with real lock tokens."""
+"""fenced_update and optimistic_update with real lock tokens, on SQLite and on a real
+PostgreSQL (the ``pg`` alias, tests/postgres_fixtures.py). The race between processes on
+PostgreSQL is in test_django_fence_race.py."""
 
 from __future__ import annotations
 
 import pytest
+from django.db import connections
 from djproject.models import Account
 
 from lockkit_core import ConfigError, LockKit, LockNotOwned
 from lockkit_django.fencing import fenced_update, optimistic_update
 
-pytestmark = pytest.mark.django_db
+#: each database the helpers are tested on, with the django_db mark that opens it
+DATABASES = [
+    pytest.param("default", marks=pytest.mark.django_db, id="sqlite"),
+    pytest.param(
+        "pg",
+        marks=[pytest.mark.postgresql, pytest.mark.django_db(databases=["pg"])],
+        id="postgresql",
+    ),
+]
 
 
-def test_a_stale_holder_cannot_overwrite_a_newer_holder() -> None:
-    account = Account.objects.create(balance=100)
-    row = Account.objects.filter(pk=account.pk)
+@pytest.mark.parametrize("alias", DATABASES)
+def test_a_stale_holder_cannot_overwrite_a_newer_holder(alias: str) -> None:
+    assert connections[alias].vendor == {"default": "sqlite", "pg": "postgresql"}[alias]
+    account = Account.objects.using(alias).create(balance=100)
+    row = Account.objects.using(alias).filter(pk=account.pk)
     with LockKit("memory://fence") as kit:
         stale = kit.lock("account:1", auto_renew=False, reentrant=False)
         assert stale.acquire()
@@ -31,16 +44,18 @@ def test_a_stale_holder_cannot_overwrite_a_newer_holder() -> None:
     assert (account.balance, account.fence) == (50, new_token)
 
 
-def test_the_same_token_writes_again_only_with_a_newer_one() -> None:
-    row = Account.objects.filter(pk=Account.objects.create().pk)
+@pytest.mark.parametrize("alias", DATABASES)
+def test_the_same_token_writes_again_only_with_a_newer_one(alias: str) -> None:
+    row = Account.objects.using(alias).filter(pk=Account.objects.using(alias).create().pk)
     assert fenced_update(row, 10, balance=1)
     assert not fenced_update(row, 10, balance=2)
     assert fenced_update(row, 11, balance=3)
     assert row.get().balance == 3
 
 
-def test_optimistic_update_detects_a_concurrent_write() -> None:
-    row = Account.objects.filter(pk=Account.objects.create().pk)
+@pytest.mark.parametrize("alias", DATABASES)
+def test_optimistic_update_detects_a_concurrent_write(alias: str) -> None:
+    row = Account.objects.using(alias).filter(pk=Account.objects.using(alias).create().pk)
     seen = row.get().version
     assert optimistic_update(row, seen, balance=5)
     assert not optimistic_update(row, seen, balance=6)  # written since we read it
@@ -60,6 +75,7 @@ def test_optimistic_update_detects_a_concurrent_write() -> None:
         (lambda row: optimistic_update(row, 1, version_field="rev"), "has no field 'rev'"),
     ],
 )
+@pytest.mark.django_db
 def test_bad_arguments_are_config_errors(call: object, message: str) -> None:
     row = Account.objects.filter(pk=Account.objects.create().pk)
     with pytest.raises(ConfigError, match=message):

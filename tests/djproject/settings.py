@@ -12,19 +12,39 @@ USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 INSTALLED_APPS = [
+    "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django_tasks",
     "django_tasks_db",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
     "lockkit_django",
     "djproject",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
     "lockkit_django.middleware.LockMiddleware",
 ]
+
+# The admin, for lockkit_django's lock page.
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+STATIC_URL = "static/"
 
 DATABASES = {
     "default": {
@@ -32,7 +52,18 @@ DATABASES = {
         "NAME": os.environ.get("DJPROJECT_DB", ":memory:"),
         # Two worker processes write: wait for the database lock instead of failing.
         "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"},
-    }
+    },
+    # A real PostgreSQL: the test session fills this in from its own server
+    # (tests/postgres_fixtures.py); processes the tests start get it through the environment.
+    "pg": {
+        "ENGINE": "django.db.backends.postgresql",
+        "HOST": os.environ.get("DJPROJECT_PG_HOST", "127.0.0.1"),
+        "PORT": os.environ.get("DJPROJECT_PG_PORT", "5432"),
+        "USER": os.environ.get("DJPROJECT_PG_USER", "lockkit"),
+        "PASSWORD": "",
+        "NAME": os.environ.get("DJPROJECT_PG_NAME", "lockkit"),
+        "TEST": {"NAME": "test_lockkit", "DEPENDENCIES": []},
+    },
 }
 
 # lockkit_django.tasks' tests: tasks stored in this database, run by real db_worker processes.

@@ -1,10 +1,12 @@
 """Routes of the test project (views in djproject.views)."""
 
+from django.contrib import admin
 from django.urls import path
 
 from . import views
 
 urlpatterns = [
+    path("admin/", admin.site.urls),
     path("health", views.health),
     path("unlocked/orders/<int:order_id>/pay/", views.pay),
     path("orders/<int:order_id>/pay/", views.locked_pay),

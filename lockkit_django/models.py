@@ -1,0 +1,31 @@
+"""``Lock``: no table, only the admin page's place in the admin index and its permissions.
+
+The locks live in the lock store, never in the database. The model is unmanaged and never
+queried; ``manage.py migrate`` creates its two permissions, which staff users need for the
+admin page (:mod:`lockkit_django.admin`):
+
+- ``lockkit.view_lock``: see the held locks;
+- ``lockkit.release_lock``: force-release one.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+__all__ = ["Lock"]
+
+
+class Lock(models.Model):
+    """A held lock as the admin page names it; there are no rows."""
+
+    key: models.CharField[str, str] = models.CharField(max_length=200, primary_key=True)
+
+    class Meta:
+        managed = False
+        default_permissions = ("view",)
+        permissions = (("release_lock", "Can force-release held locks"),)
+        verbose_name = "lock"
+        verbose_name_plural = "locks"
+
+    def __str__(self) -> str:
+        return str(self.key)
