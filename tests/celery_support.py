@@ -81,14 +81,18 @@ def wait_for(check: Any, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def producer_main(base: str, start_at: float, calls: int, out: str) -> None:
-    """A producer process: at ``start_at``, enqueue ``sms(7)`` ``calls`` times in mixed
-    styles; write the task ids it got back to ``out``, one a line."""
+def producer_main(base: str, go: str, calls: int, out: str) -> None:
+    """A producer process: once the file ``go`` exists, enqueue ``sms(7)`` ``calls`` times in
+    mixed styles; write the task ids it got back to ``out``, one a line. ``<out>.ready``
+    tells the test that this producer has imported everything and is waiting."""
     os.environ["LOCKKIT_TEST_REDIS"] = base
     sys.path.insert(0, str(HERE))
     import celery_app
 
-    time.sleep(max(0.0, start_at - time.time()))
+    Path(f"{out}.ready").touch()
+    deadline = time.monotonic() + 60
+    while not Path(go).exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
     ids = []
     for i in range(calls):
         style = i % 4

@@ -61,11 +61,15 @@ def test_duplicate_enqueue_storm_runs_once_and_answers_one_task_id(
     base: str, worker: Worker, tmp_path: Path
 ) -> None:
     ctx = multiprocessing.get_context("spawn")
-    start_at = time.time() + 3.0
+    go = tmp_path / "go"
     outs = [tmp_path / f"ids{i}" for i in range(4)]
-    procs = [ctx.Process(target=producer_main, args=(base, start_at, 50, str(out))) for out in outs]
+    procs = [ctx.Process(target=producer_main, args=(base, str(go), 50, str(out))) for out in outs]
     for p in procs:
         p.start()
+    # All four enqueue at once, however long a loaded machine takes to start them: while the
+    # first run (1.5 s) is still going, so one task id is the only right answer.
+    wait_for(lambda: all(Path(f"{out}.ready").exists() for out in outs), 60, "the producers")
+    go.touch()
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
