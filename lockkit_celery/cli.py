@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from lockkit_core.cli import _Settings, info_command, list_command, release_command
+from lockkit_core.cli import CliSettings, info_command, list_command, release_command
 
 from .settings import store_config
 from .stale import clear_stale_locks
@@ -23,7 +23,7 @@ def lockkit(ctx: click.Context) -> None:
     """Inspect and release the locks of this app's tasks."""
     app = ctx.obj.app
     config = store_config(app)
-    ctx.obj = _Settings(url=config.url, namespace=config.namespace)
+    ctx.obj = CliSettings(url=config.url, namespace=config.namespace)
     ctx.meta["lockkit_app"] = app
 
 

@@ -24,11 +24,24 @@ from .kit import LockKit
 from .registry import backend_class, known_schemes
 from .url import parse_url
 
-__all__ = ["cli", "main"]
+__all__ = [
+    "LOCK_HEADERS",
+    "CliSettings",
+    "cli",
+    "emit_json",
+    "info_command",
+    "list_command",
+    "lock_rows",
+    "main",
+    "release_command",
+    "render_table",
+]
 
 
 @dataclass(frozen=True)
-class _Settings:
+class CliSettings:
+    """Where the admin verbs look: the store's URL and namespace (``ctx.obj``)."""
+
     url: str
     namespace: str | None
 
@@ -44,7 +57,7 @@ def _lockkit_errors() -> Iterator[None]:
 
 @contextmanager
 def _open_kit(ctx: click.Context) -> Iterator[LockKit]:
-    settings: _Settings = ctx.ensure_object(_Settings)
+    settings: CliSettings = ctx.ensure_object(CliSettings)
     with _lockkit_errors():
         kit = LockKit(
             settings.url,
@@ -56,11 +69,12 @@ def _open_kit(ctx: click.Context) -> Iterator[LockKit]:
             kit.close()
 
 
-def _emit_json(value: Any) -> None:
+def emit_json(value: Any) -> None:
+    """Print ``value`` as indented JSON with sorted keys (the ``--json`` output)."""
     click.echo(json.dumps(value, indent=2, sort_keys=True))
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """Columns padded to their widest cell; the last column is not padded."""
     widths = [len(h) for h in headers]
     for row in rows:
@@ -77,10 +91,11 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
 
-_LOCK_HEADERS = ("KEY", "TOKEN", "TTL LEFT", "HOLDER", "OWNER HINT")
+LOCK_HEADERS = ("KEY", "TOKEN", "TTL LEFT", "HOLDER", "OWNER HINT")
 
 
-def _lock_rows(infos: Sequence[LockInfo]) -> list[list[str]]:
+def lock_rows(infos: Sequence[LockInfo]) -> list[list[str]]:
+    """One table row per lock, in :data:`LOCK_HEADERS` order; the framework commands share it."""
     return [
         [
             info.key,
@@ -114,7 +129,7 @@ def cli(ctx: click.Context, url: str, namespace: str | None) -> None:
 
     The backend comes from --url, else LOCKKIT_URL, else file:// under the system temp dir.
     """
-    ctx.obj = _Settings(url=url, namespace=namespace)
+    ctx.obj = CliSettings(url=url, namespace=namespace)
 
 
 @cli.command(name="list")
@@ -126,11 +141,11 @@ def list_command(ctx: click.Context, prefix: str, as_json: bool) -> None:
     with _open_kit(ctx) as kit:
         infos = kit.admin.list(prefix)
     if as_json:
-        _emit_json([info.as_dict() for info in infos])
+        emit_json([info.as_dict() for info in infos])
     elif not infos:
         click.echo("no locks held" + (f" under {prefix!r}" if prefix else ""))
     else:
-        click.echo(_table(_LOCK_HEADERS, _lock_rows(infos)))
+        click.echo(render_table(LOCK_HEADERS, lock_rows(infos)))
 
 
 @cli.command(name="info")
@@ -142,11 +157,11 @@ def info_command(ctx: click.Context, key: str, as_json: bool) -> None:
     with _open_kit(ctx) as kit:
         info = kit.admin.info(key)
     if as_json:
-        _emit_json(None if info is None else info.as_dict())
+        emit_json(None if info is None else info.as_dict())
     elif info is None:
         click.echo(f"{key} is free")
     else:
-        click.echo(_table(_LOCK_HEADERS, _lock_rows([info])))
+        click.echo(render_table(LOCK_HEADERS, lock_rows([info])))
 
 
 @cli.command(name="release")
@@ -170,7 +185,7 @@ def release_command(ctx: click.Context, key: str, force: bool, as_json: bool) ->
         before = kit.admin.info(key)
         released = kit.admin.force_release(key)
     if as_json:
-        _emit_json(
+        emit_json(
             {
                 "key": key,
                 "released": released,
@@ -217,7 +232,7 @@ def _scheme_row(scheme: str, current: str | None) -> dict[str, Any]:
 @click.pass_context
 def backends_command(ctx: click.Context, as_json: bool) -> None:
     """Show every backend scheme with its safety grade and capabilities."""
-    settings: _Settings = ctx.ensure_object(_Settings)
+    settings: CliSettings = ctx.ensure_object(CliSettings)
     try:
         current: str | None = parse_url(settings.url).scheme
     except LockKitError:
@@ -225,10 +240,10 @@ def backends_command(ctx: click.Context, as_json: bool) -> None:
     with _lockkit_errors():
         rows = [_scheme_row(scheme, current) for scheme in known_schemes()]
     if as_json:
-        _emit_json(rows)
+        emit_json(rows)
         return
     click.echo(
-        _table(
+        render_table(
             ("", "SCHEME", "GRADE", "CAPABILITIES", "NOTE"),
             [
                 [
@@ -274,7 +289,7 @@ def demo_command(ctx: click.Context, workers: int, orders: int, latency: float) 
     a lock, and count the SMS each order got."""
     from .demo import run_demo
 
-    settings: _Settings = ctx.ensure_object(_Settings)
+    settings: CliSettings = ctx.ensure_object(CliSettings)
     with _lockkit_errors():
         ok = run_demo(
             url=settings.url,

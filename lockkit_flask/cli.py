@@ -14,7 +14,7 @@ from flask import current_app
 from flask.cli import AppGroup
 
 from lockkit_core import Admin, LockKitError
-from lockkit_core.cli import _LOCK_HEADERS, _emit_json, _lock_rows, _table
+from lockkit_core.cli import LOCK_HEADERS, emit_json, lock_rows, render_table
 
 from .extension import state_of
 
@@ -40,11 +40,11 @@ def list_command(prefix: str, as_json: bool) -> None:
     with _admin() as admin:
         infos = admin.list(prefix)
     if as_json:
-        _emit_json([info.as_dict() for info in infos])
+        emit_json([info.as_dict() for info in infos])
     elif not infos:
         click.echo("no locks held" + (f" under {prefix!r}" if prefix else ""))
     else:
-        click.echo(_table(_LOCK_HEADERS, _lock_rows(infos)))
+        click.echo(render_table(LOCK_HEADERS, lock_rows(infos)))
 
 
 @lockkit_group.command("info")
@@ -55,11 +55,11 @@ def info_command(key: str, as_json: bool) -> None:
     with _admin() as admin:
         info = admin.info(key)
     if as_json:
-        _emit_json(None if info is None else info.as_dict())
+        emit_json(None if info is None else info.as_dict())
     elif info is None:
         click.echo(f"{key} is free")
     else:
-        click.echo(_table(_LOCK_HEADERS, _lock_rows([info])))
+        click.echo(render_table(LOCK_HEADERS, lock_rows([info])))
 
 
 @lockkit_group.command("release")
@@ -80,7 +80,7 @@ def release_command(key: str, force: bool, as_json: bool) -> None:
         released = admin.force_release(key)
     if as_json:
         previous = None if before is None or not released else before.as_dict()
-        _emit_json({"key": key, "released": released, "previous": previous})
+        emit_json({"key": key, "released": released, "previous": previous})
     elif not released:
         click.echo(f"{key} was already free")
     elif before is None:

@@ -21,7 +21,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from lockkit_core import BackendUnavailable, LockKitError, LockNotOwned
-from lockkit_core.cli import _LOCK_HEADERS, _lock_rows, _table
+from lockkit_core.cli import LOCK_HEADERS, lock_rows, render_table
 from lockkit_core.config import check_timeout
 
 from ...conf import get_kit
@@ -77,7 +77,7 @@ class Command(BaseCommand):
             prefix = options["prefix"]
             self.stdout.write("no locks held" + (f" under {prefix!r}" if prefix else ""))
         else:
-            self.stdout.write(_table(_LOCK_HEADERS, _lock_rows(infos)))
+            self.stdout.write(render_table(LOCK_HEADERS, lock_rows(infos)))
 
     def _info(self, options: dict[str, Any]) -> None:
         key = options["key"]
@@ -87,7 +87,7 @@ class Command(BaseCommand):
         elif info is None:
             self.stdout.write(f"{key} is free")
         else:
-            self.stdout.write(_table(_LOCK_HEADERS, _lock_rows([info])))
+            self.stdout.write(render_table(LOCK_HEADERS, lock_rows([info])))
 
     def _release(self, options: dict[str, Any]) -> None:
         key = options["key"]
