@@ -131,6 +131,20 @@ def test_option_of_the_wrong_type_says_which_type() -> None:
         LockKit("redis://127.0.0.1:6379/0?socket_timeout=soon")
 
 
+def test_an_int_is_accepted_for_a_float_option_but_a_bool_is_not() -> None:
+    url = "redis://127.0.0.1:6379/0"
+    kit = LockKit.from_config({"URL": url, "OPTIONS": {"socket_timeout": 5}})
+    try:
+        assert kit.backend.options["socket_timeout"] == 5.0
+        assert type(kit.backend.options["socket_timeout"]) is float
+    finally:
+        kit.close()
+    with pytest.raises(ConfigError, match="option 'socket_timeout' must be float, got True"):
+        LockKit.from_config(
+            {"URL": "redis://127.0.0.1:6379/0", "OPTIONS": {"socket_timeout": True}}
+        )
+
+
 # -- settings ---------------------------------------------------------------------------------
 
 

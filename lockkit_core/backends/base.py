@@ -250,6 +250,8 @@ class Backend(ABC):
 def _coerce(name: str, value: Any, kind: type) -> Any:
     if isinstance(value, kind) and not (kind is not bool and isinstance(value, bool)):
         return value
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)  # OPTIONS = {"socket_timeout": 5}
     if not isinstance(value, str):
         raise ConfigError(f"option {name!r} must be {kind.__name__}, got {value!r}")
     try:
