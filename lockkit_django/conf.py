@@ -10,6 +10,7 @@ adapter's own keys, into one :class:`LockKitState` per settings value.
         "RETRY_AFTER": 1,                    # the Retry-After of a 409 or 503
         "MIDDLEWARE": {"RULES": [{"PATH": r"^/orders/(?P<order_id>\\d+)/pay/$",
                                   "METHODS": ["POST"], "KEY": "order:{order_id}"}]},
+        "IDEMPOTENCY": {"PATHS": [r"^/api/"], "EXPIRES": 86400},   # Idempotency-Key
     }
 
 The state is rebuilt when the setting changes (``setting_changed``, so ``override_settings``
@@ -33,6 +34,7 @@ from lockkit_core import ConfigError, LockKitConfig
 from lockkit_core import LockKit as CoreKit
 from lockkit_core.config import check_timeout
 
+from .idempotency.settings import IdempotencySettings, parse_idempotency
 from .rules import PathRule, rule_from_mapping
 
 __all__ = [
@@ -47,7 +49,7 @@ __all__ = [
 ]
 
 CORE_SETTINGS: Final = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
-ADAPTER_SETTINGS: Final = ("WAIT", "RETRY_AFTER", "MIDDLEWARE")
+ADAPTER_SETTINGS: Final = ("WAIT", "RETRY_AFTER", "MIDDLEWARE", "IDEMPOTENCY")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class AdapterSettings:
     wait: float | None = 0.0
     retry_after: int = 1
     rules: tuple[PathRule, ...] = ()
+    idempotency: IdempotencySettings = field(default_factory=IdempotencySettings)
 
 
 def _retry_after(value: object) -> int:
@@ -118,6 +121,7 @@ def parse_settings(raw: object) -> AdapterSettings:
         wait=check_timeout(own["WAIT"], "LOCKKIT['WAIT']") if "WAIT" in own else 0.0,
         retry_after=_retry_after(own["RETRY_AFTER"]) if "RETRY_AFTER" in own else 1,
         rules=_rules(own["MIDDLEWARE"]) if "MIDDLEWARE" in own else (),
+        idempotency=parse_idempotency(own.get("IDEMPOTENCY")),
     )
 
 

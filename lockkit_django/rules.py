@@ -29,7 +29,7 @@ from lockkit_core import BackendUnavailable, ConfigError, Lock, LockNotOwned
 from lockkit_core.config import UNSET, check_timeout, check_ttl
 
 from .keys import KeyFunc, RequestKey
-from .problems import LockStoreDown, RequestLocked, problem_response
+from .problems import LockStoreDown, RequestLocked, mark_refusal, problem_response
 
 if TYPE_CHECKING:
     from .conf import LockKitState
@@ -123,7 +123,9 @@ class LockRule:
         attempt.count("busy")
         log.info("%s %s refused (409): %r is held", request.method, request.path, attempt.lock.key)
         busy = RequestLocked(attempt.lock.key, attempt.retry_after)
-        return problem_response(busy) if self.on_busy is None else self.on_busy(request, busy)
+        if self.on_busy is None:
+            return problem_response(busy)
+        return mark_refusal(self.on_busy(request, busy))
 
     def finish(self, attempt: Attempt, response: HttpResponseBase) -> HttpResponseBase:
         """Hand the lock to whatever ends the request: a stream's close, the commit, or now."""
