@@ -82,9 +82,7 @@ def same_response(first: Any, again: Any) -> None:
     "path", ["/idem/charge/a/", "/mw-idem/charge/a/", "/idem/declined/a/"],
     ids=["decorator", "middleware", "error-response"],
 )  # fmt: skip
-def test_a_retry_gets_the_first_response_byte_for_byte(
-    store: dict[str, Any], path: str
-) -> None:
+def test_a_retry_gets_the_first_response_byte_for_byte(store: dict[str, Any], path: str) -> None:
     client = Client()
     first = post(client, path)
     assert first.status_code in (201, 402)

@@ -1,9 +1,20 @@
 """Test support shipped with lockkit: real servers, a fault-injecting proxy, the contract suite.
 
-``servers`` and ``proxy`` need only the standard library; ``contract`` needs pytest.
+``servers``, ``webservers`` (gunicorn, uvicorn) and ``proxy`` need only the standard library;
+``contract`` needs pytest.
 """
 
 from .proxy import TcpProxy
 from .servers import RedisServer, free_port, redis_ping
+from .webservers import Gunicorn, Uvicorn, http_call, raw_http
 
-__all__ = ["RedisServer", "TcpProxy", "free_port", "redis_ping"]
+__all__ = [
+    "Gunicorn",
+    "RedisServer",
+    "TcpProxy",
+    "Uvicorn",
+    "free_port",
+    "http_call",
+    "raw_http",
+    "redis_ping",
+]

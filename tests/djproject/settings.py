@@ -19,6 +19,7 @@ INSTALLED_APPS = [
     "djproject",
 ]
 MIDDLEWARE = [
+    "djproject.async_views.LoopWatchMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "lockkit_django.middleware.IdempotencyMiddleware",

@@ -41,4 +41,5 @@ urlpatterns = [
     path("aoverlap/locked/<str:name>/", async_views.locked),
     path("mw/aoverlap/<str:name>/", async_views.unlocked),
     path("await/<str:name>/", async_views.waiting),
+    path("await-blocking/<str:name>/", async_views.blocking_wait),
 ]
