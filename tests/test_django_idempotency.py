@@ -296,3 +296,15 @@ def test_bad_decorator_options_fail_when_decorating() -> None:
         idempotent(cache="nope")
     with pytest.raises(ConfigError, match="METHODS"):
         idempotent(methods="POST")
+
+
+def test_a_per_process_cache_is_lockkit_w004(tmp_path: Path) -> None:
+    def warned(backend: str) -> bool:
+        caches = {"default": {"BACKEND": backend, "LOCATION": str(tmp_path)}}
+        lockkit = {"URL": "memory://x", "IDEMPOTENCY": {"EXPIRES": 60}}
+        with override_settings(LOCKKIT=lockkit, CACHES=caches, SILENCED_SYSTEM_CHECKS=[]):
+            return any(m.id == "lockkit.W004" for m in run_checks())
+
+    assert warned("django.core.cache.backends.locmem.LocMemCache")
+    assert warned("django.core.cache.backends.dummy.DummyCache")
+    assert not warned("django.core.cache.backends.filebased.FileBasedCache")

@@ -67,4 +67,4 @@ CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "idempotency": _idempotency_cache(os.environ.get("DJPROJECT_CACHE", "")),
 }
-SILENCED_SYSTEM_CHECKS = ["lockkit.W001"]
+SILENCED_SYSTEM_CHECKS = ["lockkit.W001", "lockkit.W004"]
