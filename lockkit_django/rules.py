@@ -34,7 +34,15 @@ from .problems import LockStoreDown, RequestLocked, mark_refusal, problem_respon
 if TYPE_CHECKING:
     from .conf import LockKitState
 
-__all__ = ["HTTP_METHODS", "Attempt", "LockRule", "OnBusy", "PathRule", "rule_from_mapping"]
+__all__ = [
+    "HTTP_METHODS",
+    "Attempt",
+    "LockRule",
+    "OnBusy",
+    "PathRule",
+    "after_commit",
+    "rule_from_mapping",
+]
 
 log = logging.getLogger("lockkit.django")
 
@@ -134,21 +142,27 @@ class LockRule:
         if response.streaming:
             _release_on_close(response, lambda: release(attempt))
             return response
-        atomic = [alias for alias in connections if _in_atomic_block(alias)]
-        if not atomic:
-            release(attempt)
-            return response
-        pending = set(atomic)
-
-        def committed(alias: str) -> None:
-            pending.discard(alias)
-            if not pending:
-                release(attempt)
-
-        for alias in atomic:
-            # robust=True: a failing callback registered before ours must not skip the release.
-            transaction.on_commit(functools.partial(committed, alias), using=alias, robust=True)
+        after_commit(lambda: release(attempt))
         return response
+
+
+def after_commit(callback: Callable[[], None]) -> None:
+    """Run ``callback`` now, or once every transaction open on any database has committed
+    (``ATOMIC_REQUESTS``). On a rollback it never runs."""
+    atomic = [alias for alias in connections if _in_atomic_block(alias)]
+    if not atomic:
+        callback()
+        return
+    pending = set(atomic)
+
+    def committed(alias: str) -> None:
+        pending.discard(alias)
+        if not pending:
+            callback()
+
+    for alias in atomic:
+        # robust=True: a failing callback registered before ours must not skip this one.
+        transaction.on_commit(functools.partial(committed, alias), using=alias, robust=True)
 
 
 def _in_atomic_block(alias: str) -> bool:

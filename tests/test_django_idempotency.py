@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.checks import run_checks
+from django.db import connections
 from django.test import AsyncClient, Client, override_settings
+from djproject import idem_views
 from djproject.models import Charge
 
 from lockkit_core import ConfigError
@@ -264,6 +266,31 @@ def test_a_store_that_is_down_is_503_and_logged(
     messages = [r.getMessage() for r in caplog.records]
     assert any("lock store is down" in m for m in messages)
     assert any("cache 'idempotency' is down" in m for m in messages)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_under_atomic_requests_the_response_is_kept_after_the_commit(
+    store: dict[str, Any],
+) -> None:
+    idem_views.AT_COMMIT.clear()
+    client = Client()
+    connections["default"].settings_dict["ATOMIC_REQUESTS"] = True
+    try:
+        first = post(client, "/idem/atomic/n/")
+        again = post(client, "/idem/atomic/n/")
+        rolled_back = post(client, "/idem/atomic/o/?rollback=1", key='"o"')
+        retry = post(client, "/idem/atomic/o/?rollback=1", key='"o"')
+    finally:
+        connections["default"].settings_dict["ATOMIC_REQUESTS"] = False
+    same_response(first, again)
+    assert idem_views.AT_COMMIT == [{"held": True}]  # the key was still locked at the commit
+    assert runs("n") == 1
+    # A rolled-back request keeps nothing: its key stays busy until the lock's ttl ends, and
+    # no retry is told that the rolled-back charge happened.
+    assert rolled_back.status_code == 201 and runs("o") == 0
+    assert retry.status_code == 409
+    for held in get_kit().admin.list("idempotency:"):
+        get_kit().admin.force_release(held.key)
 
 
 @pytest.mark.parametrize(

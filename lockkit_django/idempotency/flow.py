@@ -9,7 +9,8 @@
               key's lock held by another request -> 409 + Retry-After (never waits)
               lock store or cache down          -> 503 + Retry-After, logged
               otherwise                         -> a Claim: the view runs under the key's lock
-    finish(): keep the response (not a stream, not a lockkit refusal), then release the lock.
+    finish(): keep the response (not a stream, not a lockkit refusal), then release the lock;
+              under ATOMIC_REQUESTS both once the transaction has committed.
 
 The lock is per scoped key (``idempotency:<digest>``), never global, taken without waiting,
 and renewed while the view runs. The kept response is written before the lock is released,
@@ -36,6 +37,7 @@ from ..problems import (
     is_refusal,
     problem_response,
 )
+from ..rules import after_commit
 from .header import fingerprint, parse_key, scope_of
 from .settings import IdempotencySettings
 from .store import KeptResponse, keep, kept
@@ -137,29 +139,31 @@ def _claim(
 
 def finish(claim: Claim, response: HttpResponseBase | None) -> None:
     """Keep ``response`` for replay (None: the view raised; keep nothing), then release the
-    key's lock. Streams and lockkit's own refusals are passed on, not kept."""
+    key's lock. Streams and lockkit's own refusals are passed on, not kept. Inside a
+    transaction (``ATOMIC_REQUESTS``) both wait for the commit: a rolled-back request keeps
+    nothing, and its key stays busy until the lock's ttl ends."""
+    if response is None:
+        _release(claim.lock)
+    elif response.streaming or not isinstance(response, HttpResponse):
+        claim.state.count("idempotency_streamed")
+        log.warning(
+            "a streaming response to an Idempotency-Key request is not kept; a retry runs "
+            "the view again"
+        )
+        _release(claim.lock)
+    elif is_refusal(response):
+        _release(claim.lock)
+    else:
+        kept_response = KeptResponse.of(claim.fingerprint, response)
+        after_commit(lambda: _keep_then_release(claim, kept_response))
+
+
+def _keep_then_release(claim: Claim, response: KeptResponse) -> None:
     try:
-        if response is None:
-            return
-        if response.streaming or not isinstance(response, HttpResponse):
-            claim.state.count("idempotency_streamed")
-            log.warning(
-                "a streaming response to an Idempotency-Key request is not kept; a retry "
-                "runs the view again"
-            )
-            return
-        if is_refusal(response):
-            return
-        try:
-            keep(
-                claim.options.cache,
-                claim.scope,
-                KeptResponse.of(claim.fingerprint, response),
-                claim.options.expires,
-            )
-        except Exception as exc:  # the response stands; a retry will run the view again
-            claim.state.count("idempotency_not_kept")
-            log.error("an Idempotency-Key response could not be kept: %r", exc)
+        keep(claim.options.cache, claim.scope, response, claim.options.expires)
+    except Exception as exc:  # the response stands; a retry will run the view again
+        claim.state.count("idempotency_not_kept")
+        log.error("an Idempotency-Key response could not be kept: %r", exc)
     finally:
         _release(claim.lock)
 

@@ -81,3 +81,25 @@ def runs(request: HttpRequest, name: str) -> JsonResponse:
 
 def whoami(request: HttpRequest) -> HttpResponse:
     return HttpResponse(str(getattr(request.user, "pk", None)))
+
+
+AT_COMMIT: list[dict[str, bool]] = []
+
+
+@idempotent
+def atomic_charge(request: HttpRequest, name: str) -> JsonResponse:
+    """Under ATOMIC_REQUESTS: records, at commit, whether the key's lock is held and whether
+    the response is kept already (it must not be: the charge is not committed yet)."""
+    from django.db import transaction
+
+    from lockkit_django import get_kit
+
+    def at_commit() -> None:
+        locks = get_kit().admin.list("idempotency:")
+        AT_COMMIT.append({"held": bool(locks)})
+
+    transaction.on_commit(at_commit)
+    response = charge(request, name)
+    if request.GET.get("rollback"):
+        transaction.set_rollback(True)
+    return response
