@@ -27,7 +27,9 @@ from lockkit_core.testing import RedisServer
 from lockkit_core.testing.servers import free_port
 from lockkit_django import PROBLEM_JSON, get_kit, idempotent
 
-pytestmark = pytest.mark.django_db
+# Transactional tests: inside a test-wide transaction, responses would be kept (and keys
+# released) only at a commit that never comes (see the ATOMIC_REQUESTS test below).
+pytestmark = pytest.mark.django_db(transaction=True)
 
 KEY = '"8e03978e-40d5-43e8-bc93-6894a57f9324"'
 BODY = json.dumps({"amount": 1200})
@@ -192,7 +194,6 @@ def test_a_key_is_scoped_by_route_and_method(store: dict[str, Any]) -> None:
     assert runs("i") == 3
 
 
-@pytest.mark.django_db(transaction=True)  # the async view writes from another thread
 def test_async_views_replay_too(store: dict[str, Any]) -> None:
     async def twice() -> tuple[Any, Any]:
         client = AsyncClient()
@@ -268,7 +269,6 @@ def test_a_store_that_is_down_is_503_and_logged(
     assert any("cache 'idempotency' is down" in m for m in messages)
 
 
-@pytest.mark.django_db(transaction=True)
 def test_under_atomic_requests_the_response_is_kept_after_the_commit(
     store: dict[str, Any],
 ) -> None:
@@ -335,3 +335,15 @@ def test_a_per_process_cache_is_lockkit_w004(tmp_path: Path) -> None:
     assert warned("django.core.cache.backends.locmem.LocMemCache")
     assert warned("django.core.cache.backends.dummy.DummyCache")
     assert not warned("django.core.cache.backends.filebased.FileBasedCache")
+
+
+@pytest.mark.django_db(transaction=False)
+def test_in_a_test_wide_transaction_capture_on_commit_callbacks_keeps_responses(
+    store: dict[str, Any], django_capture_on_commit_callbacks: Any
+) -> None:
+    client = Client()
+    with django_capture_on_commit_callbacks(execute=True):
+        first = post(client, "/idem/charge/p/")
+    with django_capture_on_commit_callbacks(execute=True):
+        again = post(client, "/idem/charge/p/")
+    same_response(first, again)
