@@ -115,3 +115,25 @@ def test_the_loop_watch_sees_a_wait_that_blocks_the_loop(djproject_uvicorn: Djan
     took, answer, _ = _wait_on_lock(djproject_uvicorn, f"/await-blocking/{name}/?window=3")
     assert took >= 1.0
     assert answer["max_gap"] >= 0.8, answer
+
+
+def test_concurrent_idempotent_async_duplicates_run_once(djproject_uvicorn: DjangoServer) -> None:
+    name, key = uuid.uuid4().hex[:10], f'"{uuid.uuid4()}"'
+    headers = {"Idempotency-Key": key, "Content-Type": "application/json"}
+
+    def charge(_: int) -> tuple[int, bytes]:
+        path = f"/idem/async/{name}/?sleep=0.5"
+        status, _, body = http_call(djproject_uvicorn.port, "POST", path, b"{}", headers)
+        return status, body
+
+    with ThreadPoolExecutor(DUPLICATES) as pool:
+        replies = list(pool.map(charge, range(DUPLICATES)))
+    statuses = [status for status, _ in replies]
+    assert set(statuses) <= {201, 409} and 201 in statuses and 409 in statuses
+    runs = json.loads(http_call(djproject_uvicorn.port, "GET", f"/idem/runs/{name}/")[2])
+    assert runs["runs"] == 1
+    status, items, body = http_call(
+        djproject_uvicorn.port, "POST", f"/idem/async/{name}/?sleep=0.5", b"{}", headers
+    )
+    assert (status, dict(items)["Idempotency-Replayed"]) == (201, "true")
+    assert body == next(b for s, b in replies if s == 201)
