@@ -11,6 +11,7 @@ and for ``Idempotency-Key`` requests (:mod:`lockkit_django.idempotency`)::
     RequestLocked      -> IdempotencyKeyInFlight  409, Retry-After: the first request still runs
     LockKitError       -> IdempotencyKeyInvalid   400: missing where required, or malformed
     LockKitError       -> IdempotencyKeyReused    422: the key was used for another payload
+    BackendUnavailable -> IdempotencyStoreDown    503, Retry-After: its cache or lock store is down
 
 Override the 409 with ``on_busy=`` (a callable ``(request, exc) -> HttpResponse``) on
 ``@lock_view`` or ``"ON_BUSY"`` (a dotted path) on a middleware rule.
@@ -32,6 +33,7 @@ __all__ = [
     "IdempotencyKeyInFlight",
     "IdempotencyKeyInvalid",
     "IdempotencyKeyReused",
+    "IdempotencyStoreDown",
     "LockStoreDown",
     "RequestLocked",
     "is_refusal",
@@ -72,6 +74,19 @@ class IdempotencyKeyInFlight(RequestLocked):
             key,
             "a request with this Idempotency-Key is still being processed; retry in "
             f"{retry_after} s to get its response",
+        )
+
+
+class IdempotencyStoreDown(LockStoreDown):
+    """The cache or the lock store that ``Idempotency-Key`` requests need cannot be reached."""
+
+    def __init__(self, what: str, retry_after: int) -> None:
+        self.key = "idempotency"
+        self.retry_after = retry_after
+        BackendUnavailable.__init__(
+            self,
+            f"this request has an Idempotency-Key and the {what} that keeps such requests "
+            f"cannot be reached; retry in {retry_after} s",
         )
 
 

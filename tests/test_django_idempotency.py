@@ -267,6 +267,7 @@ def test_a_store_that_is_down_is_503_and_logged(
     messages = [r.getMessage() for r in caplog.records]
     assert any("lock store is down" in m for m in messages)
     assert any("cache 'idempotency' is down" in m for m in messages)
+    assert "cannot be reached" in json.loads(cache.content)["detail"]
 
 
 def test_under_atomic_requests_the_response_is_kept_after_the_commit(
@@ -347,3 +348,15 @@ def test_in_a_test_wide_transaction_capture_on_commit_callbacks_keeps_responses(
     with django_capture_on_commit_callbacks(execute=True):
         again = post(client, "/idem/charge/p/")
     same_response(first, again)
+
+
+def test_idempotency_middleware_before_authentication_is_lockkit_w005() -> None:
+    from django.conf import settings
+
+    auth = "django.contrib.auth.middleware.AuthenticationMiddleware"
+    ours = "lockkit_django.middleware.IdempotencyMiddleware"
+    wrong = [m for m in settings.MIDDLEWARE if m != ours]
+    wrong.insert(wrong.index(auth), ours)
+    with override_settings(MIDDLEWARE=wrong):
+        assert any(m.id == "lockkit.W005" for m in run_checks())
+    assert not any(m.id == "lockkit.W005" for m in run_checks())

@@ -33,7 +33,7 @@ from ..problems import (
     IdempotencyKeyInFlight,
     IdempotencyKeyInvalid,
     IdempotencyKeyReused,
-    LockStoreDown,
+    IdempotencyStoreDown,
     is_refusal,
     problem_response,
 )
@@ -74,7 +74,7 @@ def _down(request: HttpRequest, state: LockKitState, what: str, exc: BaseExcepti
         "%s %s refused (503): the idempotency %s is down: %r", request.method, request.path,
         what, exc,
     )  # fmt: skip
-    return problem_response(LockStoreDown("idempotency", state.settings.retry_after))
+    return problem_response(IdempotencyStoreDown(what, state.settings.retry_after))
 
 
 def begin(
