@@ -24,6 +24,7 @@ from .problems import (
     IdempotencyKeyInFlight,
     IdempotencyKeyInvalid,
     IdempotencyKeyReused,
+    IdempotencyStoreDown,
     LockStoreDown,
     RequestLocked,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "IdempotencyKeyInFlight",
     "IdempotencyKeyInvalid",
     "IdempotencyKeyReused",
+    "IdempotencyStoreDown",
     "LockStoreDown",
     "LockViewMixin",
     "RequestKeyMissing",

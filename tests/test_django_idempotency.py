@@ -180,6 +180,33 @@ def test_two_users_with_the_same_key_do_not_collide(store: dict[str, Any]) -> No
     assert runs("h") == 3
 
 
+def test_anonymous_callers_are_told_apart_by_scope(store: dict[str, Any]) -> None:
+    scoped = {**store, "IDEMPOTENCY": {**store["IDEMPOTENCY"],
+                                       "SCOPE": "djproject.idem_views.customer"}}  # fmt: skip
+    with override_settings(LOCKKIT=scoped):
+        first = post(Client(), "/idem/charge/q/", HTTP_X_CUSTOMER="c1")
+        other = post(Client(), "/idem/charge/q/", HTTP_X_CUSTOMER="c2")
+        same_response(first, post(Client(), "/idem/charge/q/", HTTP_X_CUSTOMER="c1"))
+    assert "Idempotency-Replayed" not in other
+    assert runs("q") == 2
+
+
+def test_a_multipart_upload_is_fingerprinted_by_its_fields_and_files(
+    store: dict[str, Any],
+) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    def upload(content: bytes) -> Any:
+        data = {"note": "march", "receipt": SimpleUploadedFile("r.pdf", content)}
+        return Client().post("/idem/upload/r/", data, headers={"Idempotency-Key": KEY})
+
+    first = upload(b"%PDF-1.7 " * 1000)
+    assert first.json()["size"] == 9000  # the view read the whole file after the digest
+    same_response(first, upload(b"%PDF-1.7 " * 1000))  # a new boundary, the same payload
+    assert upload(b"%PDF-1.7 other").status_code == 422
+    assert runs("r") == 1
+
+
 def test_a_key_is_scoped_by_route_and_method(store: dict[str, Any]) -> None:
     client = Client()
     one = post(client, "/idem/charge/i/")

@@ -117,17 +117,26 @@ def scope_of(request: HttpRequest, key: str, options: IdempotencySettings) -> st
 
 def fingerprint(request: HttpRequest) -> str:
     """A digest of method, path with query string, content type and body. The same key with
-    another fingerprint is another payload: a 422."""
+    another fingerprint is another payload: a 422.
+
+    A multipart body is digested as its parsed fields and files (names, sizes, contents), as
+    the view will read it: its boundary differs from one retry to the next. Any other body is
+    read into memory (``DATA_UPLOAD_MAX_MEMORY_SIZE`` applies)."""
     digest = hashlib.sha256()
     for part in (request.method or "", request.get_full_path(), request.content_type or ""):
         digest.update(part.encode() + b"\x00")
-    try:
-        digest.update(request.body)
-    except RawPostDataException:
-        # A multipart body already streamed into request.POST/FILES (the view's decorator
-        # came after something read the form): digest what was parsed instead.
-        for name, values in sorted(request.POST.lists()):
-            digest.update(repr((name, values)).encode())
-        for name, files in sorted(request.FILES.lists()):
-            digest.update(repr((name, [(f.name, f.size) for f in files])).encode())
+    if request.content_type != "multipart/form-data":
+        try:
+            digest.update(request.body)
+            return digest.hexdigest()
+        except RawPostDataException:
+            pass  # read as a form already (a decorator under a middleware that parsed it)
+    for name, values in sorted(request.POST.lists()):
+        digest.update(repr((name, values)).encode())
+    for name, files in sorted(request.FILES.lists()):
+        for upload in files:
+            digest.update(repr((name, upload.name, upload.size)).encode())
+            for chunk in upload.chunks():
+                digest.update(chunk)
+            upload.seek(0)  # the view reads it from the start
     return digest.hexdigest()

@@ -103,3 +103,16 @@ def atomic_charge(request: HttpRequest, name: str) -> JsonResponse:
     if request.GET.get("rollback"):
         transaction.set_rollback(True)
     return response
+
+
+@idempotent
+def upload(request: HttpRequest, name: str) -> JsonResponse:
+    """A multipart form with a file: the view still reads every byte of it."""
+    Charge.objects.create(name=name, pid=os.getpid())
+    data = request.FILES["receipt"].read()
+    return JsonResponse({"size": len(data), "note": request.POST["note"], "id": uuid.uuid4().hex})
+
+
+def customer(request: HttpRequest) -> str | None:
+    """SCOPE for anonymous callers of the tests: the X-Customer header."""
+    return request.headers.get("X-Customer")

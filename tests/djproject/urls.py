@@ -37,6 +37,7 @@ urlpatterns = [
     path("idem/cbv/<str:name>/", idem_views.ChargeView.as_view()),
     path("idem/runs/<str:name>/", idem_views.runs),
     path("idem/atomic/<str:name>/", idem_views.atomic_charge),
+    path("idem/upload/<str:name>/", idem_views.upload),
     path("aping", async_views.ping),
     path("aoverlap/unlocked/<str:name>/", async_views.unlocked),
     path("aoverlap/locked/<str:name>/", async_views.locked),
