@@ -174,10 +174,21 @@ def test_two_users_with_the_same_key_do_not_collide(store: dict[str, Any]) -> No
     same_response(a, post(as_alice, "/idem/charge/h/"))
     # Another payload under bob's key is not a conflict with alice's.
     assert post(as_bob, "/idem/charge/h/", body="{}").status_code == 422
-    # Anonymous sessions are principals too; a session-less caller is "anonymous".
+    # A session-less caller is "anonymous"; anonymous callers with sessions are told apart.
     anonymous = post(Client(), "/idem/charge/h/")
     assert anonymous.json()["charge"] not in (a.json()["charge"], b.json()["charge"])
     assert runs("h") == 3
+    carts = []
+    for _ in range(2):
+        client = Client()
+        session = client.session
+        session["cart"] = "c1"
+        session.save()
+        client.cookies["sessionid"] = session.session_key
+        carts.append(post(client, "/idem/charge/h/"))
+        same_response(carts[-1], post(client, "/idem/charge/h/"))
+    assert carts[0].json()["charge"] != carts[1].json()["charge"]
+    assert runs("h") == 5
 
 
 def test_anonymous_callers_are_told_apart_by_scope(store: dict[str, Any]) -> None:
