@@ -8,25 +8,42 @@
     @lock_view("order:{order_id}", wait=2)
     def pay(request, order_id): ...
 
+    @idempotent(required=True)      # Idempotency-Key: replay the first response to retries
+    def charge(request): ...
+
 Thin over :mod:`lockkit_core`: every lock decision is the core's. See
 :mod:`lockkit_django.keys` for what a key template may name.
 """
 
 from .conf import get_kit
 from .fencing import fenced_update, optimistic_update
+from .idempotency.views import idempotent
 from .keys import SOURCES, RequestKeyMissing
-from .problems import PROBLEM_JSON, LockStoreDown, RequestLocked
+from .problems import (
+    PROBLEM_JSON,
+    IdempotencyKeyInFlight,
+    IdempotencyKeyInvalid,
+    IdempotencyKeyReused,
+    IdempotencyStoreDown,
+    LockStoreDown,
+    RequestLocked,
+)
 from .views import LockViewMixin, lock_view
 
 __all__ = [
     "PROBLEM_JSON",
     "SOURCES",
+    "IdempotencyKeyInFlight",
+    "IdempotencyKeyInvalid",
+    "IdempotencyKeyReused",
+    "IdempotencyStoreDown",
     "LockStoreDown",
     "LockViewMixin",
     "RequestKeyMissing",
     "RequestLocked",
     "fenced_update",
     "get_kit",
+    "idempotent",
     "lock_view",
     "optimistic_update",
 ]

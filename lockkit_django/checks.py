@@ -9,6 +9,8 @@ lockkit.E004   (``--deploy``) the lock store cannot be reached
 lockkit.W001   ``memory://``: each process has its own locks
 lockkit.W002   a lock ttl shorter than the server's request timeout, without renewal
 lockkit.W003   the default ``file://`` temp directory with ``DEBUG=False``
+lockkit.W004   ``IDEMPOTENCY`` keeps responses in a per-process or dummy cache
+lockkit.W005   ``IdempotencyMiddleware`` comes before the authentication middleware
 =============  ===============================================================
 """
 
@@ -111,6 +113,7 @@ def _warnings(parsed: AdapterSettings, raw: Any) -> list[CheckMessage]:
                         id="lockkit.W002",
                     )
                 )
+    found.extend(_idempotency_warnings(parsed, raw))
     url_given = isinstance(raw, dict) and any(str(k).upper() == "URL" for k in raw)
     if scheme == "file" and not url_given and not settings.DEBUG:
         found.append(
@@ -126,9 +129,56 @@ def _warnings(parsed: AdapterSettings, raw: Any) -> list[CheckMessage]:
     return found
 
 
+_UNSHARED_CACHES = (
+    "django.core.cache.backends.locmem.LocMemCache",
+    "django.core.cache.backends.dummy.DummyCache",
+)
+
+
+def _middleware_order() -> list[CheckMessage]:
+    middleware = [str(m) for m in getattr(settings, "MIDDLEWARE", None) or []]
+    ours = "lockkit_django.middleware.IdempotencyMiddleware"
+    auth = "django.contrib.auth.middleware.AuthenticationMiddleware"
+    if (
+        ours in middleware
+        and auth in middleware
+        and middleware.index(ours) < middleware.index(auth)
+    ):
+        return [
+            Warning(
+                "IdempotencyMiddleware comes before AuthenticationMiddleware: it cannot see "
+                "request.user, so signed-in users' keys are scoped by session or not at all.",
+                hint="Move it after AuthenticationMiddleware (and before LockMiddleware).",
+                id="lockkit.W005",
+            )
+        ]
+    return []
+
+
+def _idempotency_warnings(parsed: AdapterSettings, raw: Any) -> list[CheckMessage]:
+    found = _middleware_order()
+    if not isinstance(raw, dict) or not any(str(k).upper() == "IDEMPOTENCY" for k in raw):
+        return found
+    alias = parsed.idempotency.cache
+    backend = getattr(settings, "CACHES", {}).get(alias, {}).get("BACKEND", "")
+    if backend not in _UNSHARED_CACHES:
+        return found
+    return [
+        *found,
+        Warning(
+            f"LOCKKIT['IDEMPOTENCY'] keeps responses in the cache {alias!r} ({backend}), "
+            "which other worker processes do not see (or which keeps nothing): a retry "
+            "served by another process runs the view again.",
+            hint="Point LOCKKIT['IDEMPOTENCY']['CACHE'] at a shared cache (Redis, Memcached, "
+            "database, file-based); silence lockkit.W004 only for a single-process server.",
+            id="lockkit.W004",
+        ),
+    ]
+
+
 @register(Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Validate ``settings.LOCKKIT`` (E001-E003) and warn about risky ones (W001-W003)."""
+    """Validate ``settings.LOCKKIT`` (E001-E003) and warn about risky ones (W001-W005)."""
     raw = getattr(settings, "LOCKKIT", None)
     url_errors = _url_errors(raw)
     if url_errors:

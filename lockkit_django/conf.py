@@ -11,6 +11,7 @@ adapter's own keys, into one :class:`LockKitState` per settings value.
         "MIDDLEWARE": {"RULES": [{"PATH": r"^/orders/(?P<order_id>\\d+)/pay/$",
                                   "METHODS": ["POST"], "KEY": "order:{order_id}"}]},
         "TASKS": {"TTL": 30, "ONCE": None},  # @locked_task defaults (lockkit_django.tasks)
+        "IDEMPOTENCY": {"PATHS": [r"^/api/"], "EXPIRES": 86400},   # Idempotency-Key
     }
 
 The state is rebuilt when the setting changes (``setting_changed``, so ``override_settings``
@@ -34,6 +35,7 @@ from lockkit_core import ConfigError, LockKitConfig
 from lockkit_core import LockKit as CoreKit
 from lockkit_core.config import check_timeout
 
+from .idempotency.settings import IdempotencySettings, parse_idempotency
 from .rules import PathRule, rule_from_mapping
 from .task_options import parse_tasks
 
@@ -49,7 +51,7 @@ __all__ = [
 ]
 
 CORE_SETTINGS: Final = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
-ADAPTER_SETTINGS: Final = ("WAIT", "RETRY_AFTER", "MIDDLEWARE", "TASKS")
+ADAPTER_SETTINGS: Final = ("WAIT", "RETRY_AFTER", "MIDDLEWARE", "TASKS", "IDEMPOTENCY")
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class AdapterSettings:
     retry_after: int = 1
     rules: tuple[PathRule, ...] = ()
     tasks: Mapping[str, Any] = field(default_factory=dict)
+    idempotency: IdempotencySettings = field(default_factory=IdempotencySettings)
 
 
 def _retry_after(value: object) -> int:
@@ -122,6 +125,7 @@ def parse_settings(raw: object) -> AdapterSettings:
         retry_after=_retry_after(own["RETRY_AFTER"]) if "RETRY_AFTER" in own else 1,
         rules=_rules(own["MIDDLEWARE"]) if "MIDDLEWARE" in own else (),
         tasks=parse_tasks(own["TASKS"]) if "TASKS" in own else {},
+        idempotency=parse_idempotency(own.get("IDEMPOTENCY")),
     )
 
 

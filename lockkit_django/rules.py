@@ -29,12 +29,20 @@ from lockkit_core import BackendUnavailable, ConfigError, Lock, LockNotOwned
 from lockkit_core.config import UNSET, check_timeout, check_ttl
 
 from .keys import KeyFunc, RequestKey
-from .problems import LockStoreDown, RequestLocked, problem_response
+from .problems import LockStoreDown, RequestLocked, mark_refusal, problem_response
 
 if TYPE_CHECKING:
     from .conf import LockKitState
 
-__all__ = ["HTTP_METHODS", "Attempt", "LockRule", "OnBusy", "PathRule", "rule_from_mapping"]
+__all__ = [
+    "HTTP_METHODS",
+    "Attempt",
+    "LockRule",
+    "OnBusy",
+    "PathRule",
+    "after_commit",
+    "rule_from_mapping",
+]
 
 log = logging.getLogger("lockkit.django")
 
@@ -123,7 +131,9 @@ class LockRule:
         attempt.count("busy")
         log.info("%s %s refused (409): %r is held", request.method, request.path, attempt.lock.key)
         busy = RequestLocked(attempt.lock.key, attempt.retry_after)
-        return problem_response(busy) if self.on_busy is None else self.on_busy(request, busy)
+        if self.on_busy is None:
+            return problem_response(busy)
+        return mark_refusal(self.on_busy(request, busy))
 
     def finish(self, attempt: Attempt, response: HttpResponseBase) -> HttpResponseBase:
         """Hand the lock to whatever ends the request: a stream's close, the commit, or now."""
@@ -132,21 +142,27 @@ class LockRule:
         if response.streaming:
             _release_on_close(response, lambda: release(attempt))
             return response
-        atomic = [alias for alias in connections if _in_atomic_block(alias)]
-        if not atomic:
-            release(attempt)
-            return response
-        pending = set(atomic)
-
-        def committed(alias: str) -> None:
-            pending.discard(alias)
-            if not pending:
-                release(attempt)
-
-        for alias in atomic:
-            # robust=True: a failing callback registered before ours must not skip the release.
-            transaction.on_commit(functools.partial(committed, alias), using=alias, robust=True)
+        after_commit(lambda: release(attempt))
         return response
+
+
+def after_commit(callback: Callable[[], None]) -> None:
+    """Run ``callback`` now, or once every transaction open on any database has committed
+    (``ATOMIC_REQUESTS``). On a rollback it never runs."""
+    atomic = [alias for alias in connections if _in_atomic_block(alias)]
+    if not atomic:
+        callback()
+        return
+    pending = set(atomic)
+
+    def committed(alias: str) -> None:
+        pending.discard(alias)
+        if not pending:
+            callback()
+
+    for alias in atomic:
+        # robust=True: a failing callback registered before ours must not skip this one.
+        transaction.on_commit(functools.partial(committed, alias), using=alias, robust=True)
 
 
 def _in_atomic_block(alias: str) -> bool:

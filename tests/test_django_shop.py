@@ -26,3 +26,5 @@ def test_the_sample_shop_runs_and_holds_its_guarantees(tmp_path: Path) -> None:
     assert "LockMiddleware:  0 paid twice, 0 stock < 0" in done.stdout
     assert "10 sold, 0 left" in done.stdout
     assert "exit codes [0, 75]" in done.stdout
+    assert "one Idempotency-Key: 1 payment" in done.stdout
+    assert "retry replayed the same bytes: True" in done.stdout

@@ -1,12 +1,24 @@
 """Test support shipped with lockkit: real servers, a fault-injecting proxy, the contract suite.
 
-``servers``, ``postgres`` and ``proxy`` need only the standard library; ``contract`` needs
-pytest.
+``servers``, ``postgres``, ``webservers`` (gunicorn, uvicorn) and ``proxy`` need only the
+standard library; ``contract`` needs pytest.
 """
 
 from .postgres import PostgresServer
 from .proxy import TcpProxy
 from .servers import RedisServer, free_port, redis_ping
 from .taskworkers import TaskWorkers
+from .webservers import Gunicorn, Uvicorn, http_call, raw_http
 
-__all__ = ["PostgresServer", "RedisServer", "TaskWorkers", "TcpProxy", "free_port", "redis_ping"]
+__all__ = [
+    "Gunicorn",
+    "PostgresServer",
+    "RedisServer",
+    "TaskWorkers",
+    "TcpProxy",
+    "Uvicorn",
+    "free_port",
+    "http_call",
+    "raw_http",
+    "redis_ping",
+]

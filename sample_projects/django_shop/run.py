@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -30,6 +31,18 @@ def call(port: int, method: str, path: str) -> tuple[int, dict[str, object]]:
         conn.request(method, path)
         response = conn.getresponse()
         return response.status, json.loads(response.read() or b"{}")
+    finally:
+        conn.close()
+
+
+def call_raw(
+    port: int, method: str, path: str, headers: dict[str, str]
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request(method, path, headers=headers)
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
     finally:
         conn.close()
 
@@ -84,6 +97,25 @@ def double_clicks(port: int, env: dict[str, str], prefix: str) -> tuple[int, int
     return twice, negative
 
 
+def idempotent_clicks(port: int, env: dict[str, str]) -> tuple[int, list[int], bool]:
+    """One order's pay button clicked 4 times at once with one Idempotency-Key, then retried:
+    (payments, statuses of the clicks, every 200 answer and the retry byte-identical)."""
+    manage(env, "seed").wait()
+    _, state = call(port, "GET", "/state")
+    order = state["orders"][0]["pk"]  # type: ignore[index]
+    headers = {"Idempotency-Key": f'"pay-{order}-{uuid.uuid4()}"', "X-Customer": "c-17"}
+    with ThreadPoolExecutor(4) as pool:
+        clicks = list(pool.map(
+            lambda _: call_raw(port, "POST", f"/orders/{order}/pay/", headers), range(4)
+        ))  # fmt: skip
+    retry = call_raw(port, "POST", f"/orders/{order}/pay/", headers)
+    _, state = call(port, "GET", "/state")
+    payments = int(state["orders"][0]["payments"])  # type: ignore[index]
+    answers = {body for status, _, body in [*clicks, retry] if status == 200}
+    replayed = retry[1].get("Idempotency-Replayed") == "true"
+    return payments, sorted(status for status, _, _ in clicks), len(answers) == 1 and replayed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--redis", action="store_true", help="start a redis-server for locks")
@@ -120,7 +152,11 @@ def main() -> int:
         codes = sorted(run.wait(60) for run in runs)
         print(f"lockkit run -- nightly_report, twice at once: exit codes {codes} "
               "(0 ran it, 75 found it running)")  # fmt: skip
+        payments, statuses, same = idempotent_clicks(port, env)
+        print(f"1 order x 4 clicks, one Idempotency-Key: {payments} payment, answers {statuses}, "
+              f"retry replayed the same bytes: {same}")  # fmt: skip
         ok = locked == (0, 0) and sold == 10 and left == 0 and codes == [0, 75]
+        ok = ok and payments == 1 and same
         print("all guarantees held" if ok else "A GUARANTEE FAILED")
         return 0 if ok else 1
 

@@ -20,3 +20,10 @@ class Account(models.Model):
     fence = models.BigIntegerField(default=0)
     version = models.IntegerField(default=0)
     small_fence = models.IntegerField(default=0)
+
+
+class Charge(models.Model):
+    """One run of a charging view: the side effect an Idempotency-Key must not repeat."""
+
+    name = models.CharField(max_length=50)
+    pid = models.IntegerField()

@@ -24,9 +24,11 @@ INSTALLED_APPS = [
     "djproject",
 ]
 MIDDLEWARE = [
+    "djproject.async_views.LoopWatchMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "lockkit_django.middleware.IdempotencyMiddleware",
     "lockkit_django.middleware.LockMiddleware",
 ]
 
@@ -77,8 +79,28 @@ LOCKKIT = {
                 "PATH": r"^/mw/orders/(?P<order_id>\d+)/pay/$",
                 "METHODS": ["POST"],
                 "KEY": "order:{order_id}",
-            }
+            },
+            {"PATH": r"^/mw/aoverlap/(?P<name>\w+)/$", "KEY": "aoverlap-mw:{name}"},
         ]
     },
+    # Idempotency-Key through the middleware on /mw-idem/; @idempotent views elsewhere.
+    "IDEMPOTENCY": {"PATHS": [r"^/mw-idem/"], "CACHE": "idempotency"},
 }
-SILENCED_SYSTEM_CHECKS = ["lockkit.W001"]
+
+
+def _idempotency_cache(location: str) -> dict[str, str]:
+    """DJPROJECT_CACHE: a redis:// URL (Django's RedisCache), a directory (FileBasedCache), or
+    unset (this process's memory)."""
+    if location.startswith("redis://"):
+        return {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": location}
+    if location:
+        backend = "django.core.cache.backends.filebased.FileBasedCache"
+        return {"BACKEND": backend, "LOCATION": location}
+    return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+
+
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "idempotency": _idempotency_cache(os.environ.get("DJPROJECT_CACHE", "")),
+}
+SILENCED_SYSTEM_CHECKS = ["lockkit.W001", "lockkit.W004"]

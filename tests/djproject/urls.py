@@ -3,7 +3,7 @@
 from django.contrib import admin
 from django.urls import path
 
-from . import views
+from . import async_views, idem_views, views
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -28,4 +28,22 @@ urlpatterns = [
     path("plain-atomic/<str:name>/", views.plain_atomic),
     path("shop/reset", views.shop_reset),
     path("shop/state", views.shop_state),
+    path("idem/charge/<str:name>/", idem_views.idem_charge),
+    path("unidem/charge/<str:name>/", idem_views.charge),
+    path("mw-idem/charge/<str:name>/", idem_views.charge),
+    path("idem/required/<str:name>/", idem_views.required_charge),
+    path("idem/short/<str:name>/", idem_views.short_charge),
+    path("idem/declined/<str:name>/", idem_views.declined),
+    path("idem/stream/<str:name>/", idem_views.stream),
+    path("idem/async/<str:name>/", idem_views.async_charge),
+    path("idem/cbv/<str:name>/", idem_views.ChargeView.as_view()),
+    path("idem/runs/<str:name>/", idem_views.runs),
+    path("idem/atomic/<str:name>/", idem_views.atomic_charge),
+    path("idem/upload/<str:name>/", idem_views.upload),
+    path("aping", async_views.ping),
+    path("aoverlap/unlocked/<str:name>/", async_views.unlocked),
+    path("aoverlap/locked/<str:name>/", async_views.locked),
+    path("mw/aoverlap/<str:name>/", async_views.unlocked),
+    path("await/<str:name>/", async_views.waiting),
+    path("await-blocking/<str:name>/", async_views.blocking_wait),
 ]

@@ -21,7 +21,10 @@ INSTALLED_APPS = [
     "lockkit_django",
     "shop",
 ]
-MIDDLEWARE = ["lockkit_django.middleware.LockMiddleware"]
+MIDDLEWARE = [
+    "lockkit_django.middleware.IdempotencyMiddleware",
+    "lockkit_django.middleware.LockMiddleware",
+]
 
 DATABASES = {
     "default": {
@@ -51,6 +54,28 @@ LOCKKIT = {
             }
         ]
     },
+    # A retried pay request with the same Idempotency-Key gets the first answer again, and
+    # the card is charged once. The shop has no logins: X-Customer names the caller.
+    "IDEMPOTENCY": {
+        "PATHS": [r"^/orders/\d+/pay/$"],
+        "METHODS": ["POST"],
+        "EXPIRES": 24 * 3600,
+        "SCOPE": "shop.views.customer",
+    },
 }
 if os.environ.get("LOCKKIT_URL"):
     LOCKKIT["URL"] = os.environ["LOCKKIT_URL"]
+
+# Kept responses must be shared by every worker process: a directory here, or Redis when
+# the locks are on Redis.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+        "LOCATION": str(DATA_DIR / "cache"),
+    }
+}
+if os.environ.get("LOCKKIT_URL", "").startswith("redis://"):
+    CACHES["default"] = {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": os.environ["LOCKKIT_URL"],
+    }

@@ -1,6 +1,8 @@
 """The shop's endpoints.
 
-* ``POST /orders/<id>/pay/``: locked by ``LockMiddleware`` (the rule in settings.LOCKKIT).
+* ``POST /orders/<id>/pay/``: locked by ``LockMiddleware`` (the rule in settings.LOCKKIT);
+  with an ``Idempotency-Key`` header, ``IdempotencyMiddleware`` answers a retry with the first
+  response instead of running it again.
 * ``POST /unlocked/orders/<id>/pay/``: the same view, unlocked, to show the race.
 * ``POST /products/<id>/buy/``: ``@lock_view`` on the product, and the stock written with
   ``fenced_update`` so a holder whose lease ran out cannot write over a newer one.
@@ -21,6 +23,11 @@ from lockkit_django import fenced_update, lock_view
 from .models import Order, Product
 
 CHARGE_SECONDS = float(os.environ.get("SHOP_CHARGE_SECONDS", "0.02"))
+
+
+def customer(request: HttpRequest) -> str | None:
+    """Who is paying, for ``LOCKKIT['IDEMPOTENCY']['SCOPE']``: the shop has no logins."""
+    return request.headers.get("X-Customer")
 
 
 def health(request: HttpRequest) -> HttpResponse:
