@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 __all__ = ["Hold", "inherited_message", "lost_message"]
 
 log = logging.getLogger("lockkit")
+#: makes "lost" reported once when a renewal and a release find it at the same time
+_reporting = threading.Lock()
 
 
 class Hold:
@@ -104,16 +106,17 @@ class Hold:
         return False
 
     def release(self) -> None:
-        """Free the key on the store; LockLost if the lease was already gone."""
+        """Free the key on the store; LockLost if the lease was already gone, reported to
+        ``on_lost`` too unless the watchdog reported it first."""
         was_lost = self.is_lost()
         released = self.backend.release(self.full_key, self.owner)
         if was_lost or not released:
-            if self.lost_reason is None:
-                self.lost_reason = (
-                    "its lease ran out before release"
-                    if was_lost
-                    else "the store no longer had it under our owner token at release"
-                )
+            self._report_lost(
+                "its lease ran out before release"
+                if was_lost
+                else "the store no longer had it under our owner token at release",
+                released=True,
+            )
             raise LockLost(self.key, lost_message(self.key, self))
 
     def mark_lost(self, reason: str) -> None:
@@ -124,12 +127,19 @@ class Hold:
         that is the release, not a loss. ``active`` is cleared before the release is sent,
         so an extension whose answer says "gone" always sees it cleared.
         """
-        if self.lost_reason is None and self.active:
+        self._report_lost(reason, released=False)
+
+    def _report_lost(self, reason: str, *, released: bool) -> None:
+        """Record ``reason`` and run ``on_lost`` if nobody did yet; the release reports a loss
+        it finds itself (``released``), a renewal only while the hold is active."""
+        with _reporting:
+            if self.lost_reason is not None or not (released or self.active):
+                return
             self.lost_reason = reason
-            log.warning("lock %s lost: %s", self.full_key, reason)
-            lock = self.lock()
-            if lock is not None:
-                lock._fire_lost()
+        log.warning("lock %s lost: %s", self.full_key, reason)
+        lock = self.lock()
+        if lock is not None:
+            lock._fire_lost()
 
     def leak(self) -> str | None:
         """Why nobody can release this hold any more (see the module docstring), or None."""

@@ -156,3 +156,20 @@ def test_one_watchdog_thread_renews_locks_of_many_kits(url: str) -> None:
     assert len(watchdogs) == 1
     for kit in kits:
         kit.close()
+
+
+@pytest.mark.parametrize("auto_renew", [False, True])
+def test_a_release_that_finds_the_lease_gone_reports_it_lost_once(
+    kit: LockKit, auto_renew: bool
+) -> None:
+    """The owner learns of a loss from on_lost whoever notices it first: here the release
+    itself, before the watchdog's next look (an admin freed the key meanwhile)."""
+    seen: list[Lock] = []
+    lock = kit.lock(f"gone:{uuid.uuid4().hex}", ttl=30, auto_renew=auto_renew, on_lost=seen.append)
+    assert lock.acquire()
+    assert kit.admin.force_release(lock.key)
+    with pytest.raises(LockLost):
+        lock.release()
+    assert seen == [lock]
+    time.sleep(0.05)
+    assert seen == [lock], "reported once"
