@@ -218,6 +218,7 @@ class LockKit:
         if lock.reentrant:  # a non-reentrant hold belongs to its handle, not to a thread
             with self._holds_lock:
                 self._holds[lock.full_key] = hold
+        self.backend.track(hold)
         watch(hold)
         return hold
 

@@ -45,6 +45,9 @@ class Capability(enum.Flag):
     CROSS_PROCESS = enum.auto()  #: excludes other processes on the same host
     CROSS_HOST = enum.auto()  #: excludes processes on other hosts
     LIST = enum.auto()  #: the admin layer can list held locks
+    #: a lease outlives the process (and session) that took it, so its owner token can be
+    #: handed to another process (``Lock.hand_off``, Celery's enqueue locks)
+    HAND_OFF = enum.auto()
 
 
 def capability_names(flags: Capability) -> list[str]:
@@ -219,6 +222,10 @@ class Backend(ABC):
         """True if a blocking caller should get its waiter before its first attempt (a store
         that queues waiters then needs no second attempt to queue it)."""
         return False
+
+    def track(self, hold: Any) -> None:
+        """Called with each new :class:`~lockkit_core.hold.Hold`; a store whose leases hang on
+        a session (ZooKeeper) keeps it to tell the holder when that session is lost."""
 
     # -- admin -------------------------------------------------------------------------------
 

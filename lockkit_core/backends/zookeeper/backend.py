@@ -1,0 +1,452 @@
+"""``ZooKeeperBackend``: lock nodes, the lease on the holder's node, and the admin reads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import unquote, urlsplit
+
+from ...errors import BackendError, BackendUnavailable, ConfigError
+from ...url import LockURL
+from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
+from .nodes import NodeData, key_node, node_key, node_owner, ordered, remaining_ms
+from .session import Session, client_kwargs
+from .waiter import ZooKeeperWaiter
+
+if TYPE_CHECKING:
+    from ...hold import Hold
+
+__all__ = ["ZooKeeperBackend"]
+
+
+def _op(method: str, *args: Any, **kwargs: Any) -> Callable[[Any], Any]:
+    """``client.<method>(*args, **kwargs)``, to be sent through ``Session.call``."""
+    return lambda client: getattr(client, method)(*args, **kwargs)
+
+#: attempts in one try_acquire before it answers "busy" (each follows a change it raced with)
+_ROUNDS = 8
+
+
+@dataclass
+class _Mine:
+    """Our node for one (key, owner): its path, fencing token, version, and whether it has
+    claimed the lock (a lease in its data) or only queues."""
+
+    path: str
+    czxid: int
+    version: int
+    claimed: bool
+    generation: int
+    first: bool = False  #: made with the key's parent: nobody can be ahead of it
+
+
+class ZooKeeperBackend(Backend):
+    """A ZooKeeper ensemble through one kazoo client (one session) per backend."""
+
+    schemes: ClassVar[tuple[str, ...]] = ("zookeeper",)
+    extra: ClassVar[str | None] = "zookeeper"
+    requires: ClassVar[str | None] = "kazoo"
+    capabilities: ClassVar[Capability] = (
+        Capability.TTL
+        | Capability.FENCING
+        | Capability.FAIR
+        | Capability.NOTIFY
+        | Capability.CROSS_PROCESS
+        | Capability.CROSS_HOST
+        | Capability.LIST
+    )
+    grade: ClassVar[Grade] = Grade.CONSENSUS
+    option_types: ClassVar[Mapping[str, type]] = {
+        "session_timeout": float,
+        "socket_timeout": float,
+        "auth": str,
+        "username": str,
+        "password": str,
+        "sasl_mechanism": str,
+        "acl": str,
+        "use_ssl": bool,
+        "verify_certs": bool,
+        "certfile": str,
+        "keyfile": str,
+        "ca": str,
+    }
+
+    def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
+        super().__init__(url, options)
+        netloc = urlsplit(url.raw).netloc.rpartition("@")[2]
+        if not netloc:
+            raise ConfigError(
+                f"the ZooKeeper URL {url.redacted()!r} names no server; "
+                "use zookeeper://host1:2181,host2:2181/chroot"
+            )
+        for part in netloc.split(","):
+            host, _, port = part.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ConfigError(
+                    f"bad server {part!r} in the ZooKeeper URL {url.redacted()!r}: "
+                    "each must be host:port, e.g. zookeeper://10.0.0.1:2181,10.0.0.2:2181/"
+                )
+        for name in ("session_timeout", "socket_timeout"):
+            if name in self.options and not self.options[name] > 0:
+                raise ConfigError(f"option {name!r} must be a positive number of seconds")
+        chroot = url.path.rstrip("/")
+        if chroot and not chroot.startswith("/"):
+            raise ConfigError(f"the ZooKeeper chroot must start with '/', got {chroot!r}")
+        self.root = chroot + "/lockkit/locks"
+        username = unquote(url.username) if url.username else None
+        kwargs = client_kwargs(netloc, username, url.password, self.options)
+        self.session = Session(kwargs, self.options.get("socket_timeout", 5.0), url.redacted())
+        self.session.on_lost = self._forget_nodes
+        self.session.on_reconnect = self._sweep_orphans
+        self._nodes: dict[tuple[str, str], _Mine] = {}
+        self._queued: dict[tuple[str, str], ZooKeeperWaiter] = {}
+        #: (key, owner id) whose node may be left behind (a lost reply, a waiter that left
+        #: during an outage): deleted when the connection is back
+        self._orphans: set[tuple[str, str]] = set()
+        self._orphans_lock = threading.Lock()
+        self._root_made = False
+        # The server's clock as of our last write (ms), and our monotonic time on its reply:
+        # server time now is at least their sum, so a lease is never judged over too early.
+        self._server_ms = 0.0
+        self._server_at = 0.0
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _parent(self, key: str) -> str:
+        return f"{self.root}/{key_node(key)}"
+
+    def _call(self, what: str, start: Any) -> Any:
+        if not self._root_made:
+            self.session.call("create the locks root", lambda c: c.ensure_path_async(self.root))
+            self._root_made = True
+        return self.session.call(what, start)
+
+    def _saw(self, stat: Any) -> None:
+        self._server_ms, self._server_at = float(stat.mtime), time.monotonic()
+
+    def _server_now(self) -> float:
+        if not self._server_at:
+            return time.time() * 1000.0  # no write yet: our clock (admin display only)
+        return self._server_ms + (time.monotonic() - self._server_at) * 1000.0
+
+    def _create(self, key: str, oid: str, ms: int, queueing: bool) -> _Mine:
+        """Make our node; with the key's parent in the same transaction when the key is free
+        (one round trip, and we know we are first: the node claims the lock at once)."""
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        parent = self._parent(key)
+        prefix = f"{parent}/{oid}-"
+        generation = self.session.generation
+        claim = NodeData.here(ms).encode()
+        data = NodeData.here(0).encode() if queueing else claim
+        for _ in range(_ROUNDS):
+            def multi(c: Any) -> Any:
+                t = c.transaction()
+                t.create(parent, b"")
+                t.create(prefix, claim, ephemeral=True, sequence=True)
+                t.set_data(prefix + "0" * 10, claim)  # a fresh parent numbers from 0
+                return t.commit_async()
+
+            results = self._creating(key, oid, multi)
+            if not isinstance(results[0], Exception):
+                stat = results[2]
+                self._saw(stat)
+                return _Mine(results[1], stat.czxid, stat.version, True, generation, first=True)
+            if not isinstance(results[0], NodeExistsError):
+                raise BackendError(f"creating the lock node of {key!r} failed: {results[0]!r}")
+            try:
+                path, stat = self._creating(
+                    key, oid,
+                    _op("create_async", prefix, data, ephemeral=True, sequence=True,
+                        include_data=True),
+                )
+            except NoNodeError:
+                continue  # the empty parent was just removed: make it again
+            self._saw(stat)
+            return _Mine(path, stat.czxid, stat.version, not queueing, generation)
+        raise BackendUnavailable(f"the lock node of {key!r} kept vanishing while created")
+
+    def _creating(self, key: str, oid: str, start: Any) -> Any:
+        """Send a create; if its answer is lost, the node may exist all the same: leave its
+        owner id for the sweep that runs when the connection is back."""
+        try:
+            return self._call(f"create the lock node of {key!r}", start)
+        except BackendUnavailable:
+            with self._orphans_lock:
+                self._orphans.add((key, oid))
+            raise
+
+    def _mine(self, key: str, owner: str) -> _Mine | None:
+        mine = self._nodes.get((key, owner))
+        if mine is not None and mine.generation != self.session.generation:
+            self._nodes.pop((key, owner), None)  # its session ended: the node is gone
+            return None
+        return mine
+
+    def _children(self, key: str) -> list[str]:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            found = self._call(
+                f"list the contenders of {key!r}",
+                lambda c: c.get_children_async(self._parent(key)),
+            )
+        except NoNodeError:
+            return []
+        return ordered(list(found))
+
+    def _drop_parent(self, key: str) -> None:
+        """Remove the key's parent if it is empty (a free key costs nothing); not waited for:
+        the server refuses it if anyone queued meanwhile."""
+        client = self.session._client
+        if client is not None and client.connected:
+            client.delete_async(self._parent(key))
+
+    def _delete(self, path: str, version: int = -1) -> bool:
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        try:
+            self._call(f"delete {path}", lambda c: c.delete_async(path, version))
+        except (NoNodeError, BadVersionError):
+            return False
+        return True
+
+    def _find(self, key: str, owner: str) -> tuple[_Mine | None, list[str]]:
+        """Our node for ``owner`` (from memory, else by its owner id among the children)."""
+        from kazoo.exceptions import NoNodeError
+
+        children = self._children(key)
+        mine = self._mine(key, owner)
+        if mine is not None:
+            return mine, children
+        oid = owner_id(owner)
+        for child in children:
+            if node_owner(child) == oid:
+                path = f"{self._parent(key)}/{child}"
+                try:
+                    raw, stat = self._call(f"read {path}", _op("get_async", path))
+                except NoNodeError:
+                    return None, children
+                return _Mine(path, stat.czxid, stat.version,
+                             NodeData.decode(raw).lease_ms > 0, self.session.generation), children
+        return None, children
+
+    # -- locking ------------------------------------------------------------------------------
+
+    def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        ms = max(1, int(ttl * 1000))
+        oid = owner_id(owner)
+        waiter = self._queued.get((key, owner))
+        parent = self._parent(key)
+        retry_after: float | None = None
+        for _ in range(_ROUNDS):
+            mine = self._mine(key, owner)
+            if mine is None:
+                mine = self._create(key, oid, ms, queueing=waiter is not None)
+                self._nodes[(key, owner)] = mine
+                if mine.first:
+                    return Grant(True, mine.czxid)
+            children = self._children(key)
+            name = mine.path.rpartition("/")[2]
+            if name not in children:
+                self._nodes.pop((key, owner), None)  # deleted: expired, force-released
+                continue
+            ours = [c for c in children if node_owner(c) == oid]
+            if ours[0] != name:
+                # A create whose reply was lost left an older node of ours: keep the older
+                # (its place in the queue), drop the newer, never leave one behind.
+                self._delete(mine.path)
+                self._nodes.pop((key, owner), None)
+                continue
+            for extra in ours[1:]:
+                self._delete(f"{parent}/{extra}")
+            index = children.index(name)
+            if index == 0:
+                if not mine.claimed:
+                    try:
+                        stat = self._call(
+                            f"claim {key!r}",
+                            _op("set_async", mine.path, NodeData.here(ms).encode(),
+                                mine.version),
+                        )
+                    except (NoNodeError, BadVersionError):
+                        self._nodes.pop((key, owner), None)
+                        continue
+                    self._saw(stat)
+                    mine.version, mine.claimed = stat.version, True
+                return Grant(True, mine.czxid)
+            head = f"{parent}/{children[0]}"
+            predecessor = f"{parent}/{children[index - 1]}"
+            watch = waiter.wake if waiter is not None and index == 1 else None
+            try:
+                raw, stat = self._call(
+                    f"read the holder of {key!r}", _op("get_async", head, watch)
+                )
+            except NoNodeError:
+                continue
+            left = remaining_ms(stat.mtime, NodeData.decode(raw).lease_ms, self._server_now())
+            if left is not None and left <= 0:
+                # The holder's lease ran out on the server's clock (it stopped renewing):
+                # remove its node, unless it renewed meanwhile (the version says so).
+                self._delete(head, stat.version)
+                continue
+            retry_after = None if left is None else left / 1000.0
+            if waiter is None:
+                self._delete(mine.path)
+                self._nodes.pop((key, owner), None)
+                return Grant(False, retry_after=retry_after)
+            if index > 1:
+                found = self._call(
+                    f"watch the queue of {key!r}",
+                    _op("exists_async", predecessor, waiter.wake),
+                )
+                if found is None:
+                    continue
+                # Woken by our predecessor; the holder's lease is the head's business.
+                retry_after = None
+            if retry_after is None:
+                retry_after = float(self.session._kwargs["timeout"])
+            return Grant(False, retry_after=retry_after)
+        return Grant(False, retry_after=retry_after)
+
+    def release(self, key: str, owner: str) -> bool:
+        mine = self._mine(key, owner)
+        if mine is None:
+            mine, _ = self._find(key, owner)
+        if mine is None:
+            return False
+        self._nodes.pop((key, owner), None)
+        done = self._delete(mine.path)
+        self._drop_parent(key)
+        return done and mine.claimed
+
+    def extend(self, key: str, owner: str, ttl: float) -> bool:
+        return self.adopt(key, owner, ttl).acquired
+
+    def adopt(self, key: str, owner: str, ttl: float) -> Grant:
+        from kazoo.exceptions import NoNodeError
+
+        mine = self._mine(key, owner)
+        if mine is None:
+            mine, children = self._find(key, owner)
+            if mine is None or not mine.claimed or not children:
+                return Grant(False)
+            if children[0] != mine.path.rpartition("/")[2]:
+                return Grant(False)
+        data = NodeData.here(max(1, int(ttl * 1000))).encode()
+        path = mine.path
+        try:
+            stat = self._call(f"extend {key!r}", lambda c: c.set_async(path, data))
+        except NoNodeError:
+            self._nodes.pop((key, owner), None)
+            return Grant(False)
+        self._saw(stat)
+        mine.version = stat.version
+        self._nodes[(key, owner)] = mine
+        return Grant(True, mine.czxid)
+
+    def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
+        return ZooKeeperWaiter(self, key, owner)
+
+    def queue_first(self) -> bool:
+        return True  # a free key is still taken in one round trip by a queued caller
+
+    def leave(self, key: str, owner: str, *, reachable: bool) -> None:
+        """Drop ``owner``'s queue node on ``key`` (the waiter gave up)."""
+        mine = self._nodes.pop((key, owner), None)
+        if mine is None:
+            return
+        if not reachable:
+            with self._orphans_lock:
+                self._orphans.add((key, owner_id(owner)))
+            return
+        self._delete(mine.path)
+        self._drop_parent(key)
+
+    def track(self, hold: Hold) -> None:
+        self.session.track(hold)
+
+    # -- session events -------------------------------------------------------------------------
+
+    def _forget_nodes(self) -> None:
+        self._nodes.clear()
+
+    def _sweep_orphans(self) -> None:
+        """Delete nodes a lost reply or an outage may have left under our owner ids."""
+        with self._orphans_lock:
+            pending, self._orphans = self._orphans, set()
+        held = {m.path for m in list(self._nodes.values())}
+        for key, oid in pending:
+            try:
+                for child in self._children(key):
+                    path = f"{self._parent(key)}/{child}"
+                    if node_owner(child) == oid and path not in held:
+                        self._delete(path)
+                self._drop_parent(key)
+            except BackendError:
+                with self._orphans_lock:
+                    self._orphans.add((key, oid))
+
+    # -- admin --------------------------------------------------------------------------------
+
+    def _lease(self, key: str) -> Lease | None:
+        from kazoo.exceptions import NoNodeError
+
+        children = self._children(key)
+        if not children:
+            return None
+        head = f"{self._parent(key)}/{children[0]}"
+        try:
+            raw, stat = self._call(f"read the holder of {key!r}", lambda c: c.get_async(head))
+        except NoNodeError:
+            return None
+        data = NodeData.decode(raw)
+        left = remaining_ms(stat.mtime, data.lease_ms, self._server_now())
+        if left is not None and left <= 0:
+            return None  # its lease is over: the next contender removes it
+        return Lease(
+            key=key,
+            owner_hint=children[0][:8],  # an owner id starts with its hint
+            token=int(stat.czxid),
+            ttl_remaining=None if left is None else left / 1000.0,
+            holder=data.describe(len(children) - 1),
+        )
+
+    def list(self, prefix: str) -> list[Lease]:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            names = self._call("list locks", lambda c: c.get_children_async(self.root))
+        except NoNodeError:
+            return []
+        keys = sorted(k for k in map(node_key, names) if k is not None and k.startswith(prefix))
+        leases = [self._lease(k) for k in keys]
+        return [lease for lease in leases if lease is not None]
+
+    def info(self, key: str) -> Lease | None:
+        return self._lease(key)
+
+    def force_release(self, key: str) -> bool:
+        children = self._children(key)
+        if not children:
+            return False
+        done = self._delete(f"{self._parent(key)}/{children[0]}")
+        self._drop_parent(key)
+        return done
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def after_fork_in_child(self) -> None:
+        self.session.forget_after_fork()
+        self._nodes = {}
+        self._queued = {}
+        self._orphans = set()
+        self._orphans_lock = threading.Lock()
+
+    def close(self) -> None:
+        self.session.close()
