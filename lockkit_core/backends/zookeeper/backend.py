@@ -99,7 +99,6 @@ class ZooKeeperBackend(Backend):
         username = unquote(url.username) if url.username else None
         kwargs = client_kwargs(netloc, username, url.password, self.options)
         self.session = Session(kwargs, self.options.get("socket_timeout", 5.0), url.redacted())
-        self.session.on_lost = self._forget_nodes
         self.session.on_reconnect = self._sweep_orphans
         self._nodes: dict[tuple[str, str], _Mine] = {}
         self._queued: dict[tuple[str, str], ZooKeeperWaiter] = {}
@@ -239,6 +238,8 @@ class ZooKeeperBackend(Backend):
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         from kazoo.exceptions import BadVersionError, NoNodeError
 
+        if self._orphans:
+            self._sweep_orphans()
         ms = max(1, int(ttl * 1000))
         oid = owner_id(owner)
         waiter = self._queued.get((key, owner))
@@ -262,6 +263,9 @@ class ZooKeeperBackend(Backend):
                 # (its place in the queue), drop the newer, never leave one behind.
                 self._delete(mine.path)
                 self._nodes.pop((key, owner), None)
+                older, _ = self._find(key, owner)
+                if older is not None:
+                    self._nodes[(key, owner)] = older
                 continue
             for extra in ours[1:]:
                 self._delete(f"{parent}/{extra}")
@@ -315,7 +319,10 @@ class ZooKeeperBackend(Backend):
         return Grant(False, retry_after=retry_after)
 
     def release(self, key: str, owner: str) -> bool:
+        known = self._nodes.get((key, owner))
         mine = self._mine(key, owner)
+        if known is not None and mine is None:
+            return False  # our node ended with its session: nothing to ask the server
         if mine is None:
             mine, _ = self._find(key, owner)
         if mine is None:
@@ -372,9 +379,6 @@ class ZooKeeperBackend(Backend):
         self.session.track(hold)
 
     # -- session events -------------------------------------------------------------------------
-
-    def _forget_nodes(self) -> None:
-        self._nodes.clear()
 
     def _sweep_orphans(self) -> None:
         """Delete nodes a lost reply or an outage may have left under our owner ids."""

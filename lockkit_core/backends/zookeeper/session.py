@@ -94,8 +94,7 @@ class Session:
         self._holds: list[Hold] = []
         self._pruned_at = 64
         self._suspended_at: float | None = None
-        #: called (on a thread of its own) when a session ends, and when one reconnects
-        self.on_lost: Callable[[], None] = lambda: None
+        #: called on a thread of its own whenever the connection is (re)established
         self.on_reconnect: Callable[[], None] = lambda: None
         self.generation = 0  #: bumped whenever a session ends: cached node names die with it
 
@@ -208,7 +207,6 @@ class Session:
                                "session timeout; the session may have expired")
 
     def _session_lost(self) -> None:
-        self.on_lost()
         why = (
             "its kit was closed, which ends the ZooKeeper session and frees its lock nodes"
             if self._closed
