@@ -107,6 +107,7 @@ class ZooKeeperBackend(Backend):
         self._orphans: set[tuple[str, str]] = set()
         self._orphans_lock = threading.Lock()
         self._root_made = False
+        self._session_timeout = float(kwargs["timeout"])
         # The server's clock as of our last write (ms), and our monotonic time on its reply:
         # server time now is at least their sum, so a lease is never judged over too early.
         self._server_ms = 0.0
@@ -286,7 +287,17 @@ class ZooKeeperBackend(Backend):
                 return Grant(True, mine.czxid)
             head = f"{parent}/{children[0]}"
             predecessor = f"{parent}/{children[index - 1]}"
-            watch = waiter.wake if waiter is not None and index == 1 else None
+            if waiter is not None and index > 1:
+                # Further back in the queue: only the node ahead matters (the holder's lease
+                # is the business of the one right behind it).
+                found = self._call(
+                    f"watch the queue of {key!r}",
+                    _op("exists_async", predecessor, waiter.wake),
+                )
+                if found is None:
+                    continue
+                return Grant(False, retry_after=self._session_timeout)
+            watch = waiter.wake if waiter is not None else None
             try:
                 raw, stat = self._call(
                     f"read the holder of {key!r}", _op("get_async", head, watch)
@@ -304,18 +315,7 @@ class ZooKeeperBackend(Backend):
                 self._delete(mine.path)
                 self._nodes.pop((key, owner), None)
                 return Grant(False, retry_after=retry_after)
-            if index > 1:
-                found = self._call(
-                    f"watch the queue of {key!r}",
-                    _op("exists_async", predecessor, waiter.wake),
-                )
-                if found is None:
-                    continue
-                # Woken by our predecessor; the holder's lease is the head's business.
-                retry_after = None
-            if retry_after is None:
-                retry_after = float(self.session._kwargs["timeout"])
-            return Grant(False, retry_after=retry_after)
+            return Grant(False, retry_after=retry_after or self._session_timeout)
         return Grant(False, retry_after=retry_after)
 
     def release(self, key: str, owner: str) -> bool:
