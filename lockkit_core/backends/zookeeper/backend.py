@@ -319,6 +319,16 @@ class ZooKeeperBackend(Backend):
         return Grant(False, retry_after=retry_after)
 
     def release(self, key: str, owner: str) -> bool:
+        try:
+            return self._release(key, owner)
+        except BackendUnavailable:
+            # The node may outlive this outage (the session can survive it): delete it as
+            # soon as the connection is back, or it would block the key until its lease ends.
+            with self._orphans_lock:
+                self._orphans.add((key, owner_id(owner)))
+            raise
+
+    def _release(self, key: str, owner: str) -> bool:
         known = self._nodes.get((key, owner))
         mine = self._mine(key, owner)
         if known is not None and mine is None:
