@@ -144,9 +144,9 @@ class ZooKeeperBackend(Backend):
         data = NodeData.here(0).encode() if queueing else claim
         for _ in range(_ROUNDS):
             def multi(c: Any) -> Any:
-                t = c.transaction()
-                t.create(parent, b"")
-                t.create(prefix, claim, ephemeral=True, sequence=True)
+                t = c.transaction()  # which, unlike create(), ignores the default ACL
+                t.create(parent, b"", acl=c.default_acl)
+                t.create(prefix, claim, acl=c.default_acl, ephemeral=True, sequence=True)
                 t.set_data(prefix + "0" * 10, claim)  # a fresh parent numbers from 0
                 return t.commit_async()
 
@@ -156,7 +156,11 @@ class ZooKeeperBackend(Backend):
                 self._saw(stat)
                 return _Mine(results[1], stat.czxid, stat.version, True, generation, first=True)
             if not isinstance(results[0], NodeExistsError):
-                raise BackendError(f"creating the lock node of {key!r} failed: {results[0]!r}")
+                failed = results[0]
+                error = self.session.translate(f"create the lock node of {key!r}", failed)
+                if error is failed:
+                    error = BackendError(f"creating the lock node of {key!r} failed: {failed!r}")
+                raise error from failed
             try:
                 path, stat = self._creating(
                     key, oid,

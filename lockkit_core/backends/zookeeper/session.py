@@ -132,34 +132,43 @@ class Session:
     def call(self, what: str, start: Callable[[Any], Any]) -> Any:
         """Run one request (``start(client)`` returns kazoo's async result) within the socket
         timeout; translate kazoo's errors at this one boundary."""
-        from kazoo import exceptions as kex
-        from kazoo.handlers.threading import KazooTimeoutError
-
         client = self.client()
         try:
             return start(client).get(timeout=self.socket_timeout)
-        except KazooTimeoutError as exc:
-            raise BackendUnavailable(
+        except Exception as exc:
+            error = self.translate(what, exc)
+            if error is exc:
+                raise
+            raise error from exc
+
+    def translate(self, what: str, exc: Exception) -> Exception:
+        """Our error for kazoo's ``exc``; answers that are not failures (no such node, node
+        exists, bad version, not empty) come back as they are, for the caller to decide."""
+        from kazoo import exceptions as kex
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        if isinstance(exc, KazooTimeoutError):
+            return BackendUnavailable(
                 f"ZooKeeper at {self._describe} did not answer within "
                 f"{self.socket_timeout:g} s to {what}"
-            ) from exc
-        except (kex.ConnectionLoss, kex.SessionExpiredError, kex.ConnectionClosedError) as exc:
-            raise BackendUnavailable(
+            )
+        if isinstance(exc, (kex.ConnectionLoss, kex.SessionExpiredError,
+                            kex.ConnectionClosedError)):
+            return BackendUnavailable(
                 f"lost the connection to ZooKeeper at {self._describe} to {what}: "
                 f"{type(exc).__name__}"
-            ) from exc
-        except (kex.AuthFailedError, kex.NoAuthError) as exc:
-            raise BackendUnavailable(
+            )
+        if isinstance(exc, (kex.AuthFailedError, kex.NoAuthError)):
+            return BackendUnavailable(
                 f"ZooKeeper at {self._describe} refused our credentials to {what} "
                 f"({type(exc).__name__}); check the URL's user and password and the ACLs"
-            ) from exc
-        except kex.KazooException as exc:
-            if isinstance(exc, (kex.NoNodeError, kex.NodeExistsError, kex.BadVersionError,
-                                kex.NotEmptyError)):
-                raise  # the caller decides: these are answers, not failures
-            raise BackendError(
+            )
+        answers = (kex.NoNodeError, kex.NodeExistsError, kex.BadVersionError, kex.NotEmptyError)
+        if not isinstance(exc, answers) and isinstance(exc, kex.KazooException):
+            return BackendError(
                 f"ZooKeeper at {self._describe} failed to {what}: {type(exc).__name__} {exc}"
-            ) from exc
+            )
+        return exc
 
     # -- holders ----------------------------------------------------------------------------
 
