@@ -28,6 +28,8 @@ def _op(method: str, *args: Any, **kwargs: Any) -> Callable[[Any], Any]:
 
 #: attempts in one try_acquire before it answers "busy" (each follows a change it raced with)
 _ROUNDS = 8
+#: keys remembered as recently contended (their parent exists: create without the transaction)
+_CROWDED = 256
 
 
 @dataclass
@@ -107,6 +109,7 @@ class ZooKeeperBackend(Backend):
         self._orphans: set[tuple[str, str]] = set()
         self._orphans_lock = threading.Lock()
         self._root_made = False
+        self._crowded: dict[str, None] = {}
         self._session_timeout = float(kwargs["timeout"])
         # The server's clock as of our last write (ms), and our monotonic time on its reply:
         # server time now is at least their sum, so a lease is never judged over too early.
@@ -143,6 +146,20 @@ class ZooKeeperBackend(Backend):
         claim = NodeData.here(ms).encode()
         data = NodeData.here(0).encode() if queueing else claim
         for _ in range(_ROUNDS):
+            if key in self._crowded:
+                # Contended lately: the parent is most likely there, skip the transaction.
+                try:
+                    path, stat = self._creating(
+                        key, oid,
+                        _op("create_async", prefix, data, ephemeral=True, sequence=True,
+                            include_data=True),
+                    )
+                except NoNodeError:
+                    self._crowded.pop(key, None)
+                    continue
+                self._saw(stat)
+                return _Mine(path, stat.czxid, stat.version, not queueing, generation)
+
             def multi(c: Any) -> Any:
                 t = c.transaction()  # which, unlike create(), ignores the default ACL
                 t.create(parent, b"", acl=c.default_acl)
@@ -155,7 +172,11 @@ class ZooKeeperBackend(Backend):
                 stat = results[2]
                 self._saw(stat)
                 return _Mine(results[1], stat.czxid, stat.version, True, generation, first=True)
-            if not isinstance(results[0], NodeExistsError):
+            if isinstance(results[0], NodeExistsError):
+                self._crowded[key] = None
+                if len(self._crowded) > _CROWDED:
+                    del self._crowded[next(iter(self._crowded))]
+            else:
                 failed = results[0]
                 error = self.session.translate(f"create the lock node of {key!r}", failed)
                 if error is failed:
@@ -241,7 +262,6 @@ class ZooKeeperBackend(Backend):
     # -- locking ------------------------------------------------------------------------------
 
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
-        from kazoo.exceptions import BadVersionError, NoNodeError
 
         if self._orphans:
             self._sweep_orphans()
@@ -249,9 +269,15 @@ class ZooKeeperBackend(Backend):
         oid = owner_id(owner)
         waiter = self._queued.get((key, owner))
         parent = self._parent(key)
-        retry_after: float | None = None
         for _ in range(_ROUNDS):
             mine = self._mine(key, owner)
+            if mine is not None and waiter is not None and waiter.head_gone():
+                # We were next and the head's node is gone: no node can come before ours,
+                # so we are first: claim at once (one round trip after the release).
+                claimed = self._claim(key, owner, mine, ms)
+                if claimed is not None:
+                    return claimed
+                continue
             if mine is None:
                 mine = self._create(key, oid, ms, queueing=waiter is not None)
                 self._nodes[(key, owner)] = mine
@@ -276,51 +302,66 @@ class ZooKeeperBackend(Backend):
                 self._delete(f"{parent}/{extra}")
             index = children.index(name)
             if index == 0:
-                if not mine.claimed:
-                    try:
-                        stat = self._call(
-                            f"claim {key!r}",
-                            _op("set_async", mine.path, NodeData.here(ms).encode(),
-                                mine.version),
-                        )
-                    except (NoNodeError, BadVersionError):
-                        self._nodes.pop((key, owner), None)
-                        continue
-                    self._saw(stat)
-                    mine.version, mine.claimed = stat.version, True
-                return Grant(True, mine.czxid)
-            head = f"{parent}/{children[0]}"
-            predecessor = f"{parent}/{children[index - 1]}"
-            if waiter is not None and index > 1:
-                # Further back in the queue: only the node ahead matters (the holder's lease
-                # is the business of the one right behind it).
-                found = self._call(
-                    f"watch the queue of {key!r}",
-                    _op("exists_async", predecessor, waiter.wake),
-                )
-                if found is None:
-                    continue
-                return Grant(False, retry_after=self._session_timeout)
-            watch = waiter.wake if waiter is not None else None
-            try:
-                raw, stat = self._call(
-                    f"read the holder of {key!r}", _op("get_async", head, watch)
-                )
-            except NoNodeError:
+                if mine.claimed:
+                    return Grant(True, mine.czxid)
+                claimed = self._claim(key, owner, mine, ms)
+                if claimed is not None:
+                    return claimed
                 continue
-            left = remaining_ms(stat.mtime, NodeData.decode(raw).lease_ms, self._server_now())
-            if left is not None and left <= 0:
-                # The holder's lease ran out on the server's clock (it stopped renewing):
-                # remove its node, unless it renewed meanwhile (the version says so).
-                self._delete(head, stat.version)
-                continue
-            retry_after = None if left is None else left / 1000.0
-            if waiter is None:
-                self._delete(mine.path)
-                self._nodes.pop((key, owner), None)
-                return Grant(False, retry_after=retry_after)
-            return Grant(False, retry_after=retry_after or self._session_timeout)
-        return Grant(False, retry_after=retry_after)
+            busy = self._busy(key, owner, mine, waiter, children, index)
+            if busy is not None:
+                return busy
+        return Grant(False)
+
+    def _busy(self, key: str, owner: str, mine: _Mine, waiter: ZooKeeperWaiter | None,
+              children: list[str], index: int) -> Grant | None:
+        """The answer for an owner whose node is at ``index`` (> 0) in the queue; None to
+        look again (the queue changed meanwhile)."""
+        from kazoo.exceptions import NoNodeError
+
+        parent = self._parent(key)
+        head = f"{parent}/{children[0]}"
+        if waiter is not None and index > 1:
+            # Further back in the queue: only the node ahead matters (the holder's lease
+            # is the business of the one right behind it).
+            found = self._call(
+                f"watch the queue of {key!r}",
+                _op("exists_async", f"{parent}/{children[index - 1]}", waiter.watching(None)),
+            )
+            return None if found is None else Grant(False, retry_after=self._session_timeout)
+        watch = None if waiter is None else waiter.watching(head)
+        try:
+            raw, stat = self._call(f"read the holder of {key!r}", _op("get_async", head, watch))
+        except NoNodeError:
+            return None
+        left = remaining_ms(stat.mtime, NodeData.decode(raw).lease_ms, self._server_now())
+        if left is not None and left <= 0:
+            # The holder's lease ran out on the server's clock (it stopped renewing):
+            # remove its node, unless it renewed meanwhile (the version says so).
+            self._delete(head, stat.version)
+            return None
+        retry_after = None if left is None else left / 1000.0
+        if waiter is None:
+            self._delete(mine.path)
+            self._nodes.pop((key, owner), None)
+            return Grant(False, retry_after=retry_after)
+        return Grant(False, retry_after=retry_after or self._session_timeout)
+
+    def _claim(self, key: str, owner: str, mine: _Mine, ms: int) -> Grant | None:
+        """Write our lease into our node, first in the queue now; None if it is gone."""
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        try:
+            stat = self._call(
+                f"claim {key!r}",
+                _op("set_async", mine.path, NodeData.here(ms).encode(), mine.version),
+            )
+        except (NoNodeError, BadVersionError):
+            self._nodes.pop((key, owner), None)
+            return None
+        self._saw(stat)
+        mine.version, mine.claimed = stat.version, True
+        return Grant(True, mine.czxid)
 
     def release(self, key: str, owner: str) -> bool:
         try:

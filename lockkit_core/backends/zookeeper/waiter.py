@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..base import Grant, Waiter
@@ -16,17 +17,31 @@ __all__ = ["ZooKeeperWaiter"]
 class ZooKeeperWaiter(Waiter):
     """Registered before the first attempt: ``try_acquire`` then keeps this owner's node in
     the queue (instead of removing it when busy) and sets a watch on the node just ahead of
-    it, whose removal wakes :meth:`wait`. Costs no round trip of its own."""
+    it, whose change wakes :meth:`wait`. Costs no round trip of its own."""
 
     def __init__(self, backend: ZooKeeperBackend, key: str, owner: str) -> None:
         self._backend = backend
         self.key = key
         self.owner = owner
         self._event = threading.Event()
+        self._head: str | None = None  # the holder's node, when it is the one we watch
+        self._head_gone = False
         backend._queued[(key, owner)] = self
 
-    def wake(self, event: Any = None) -> None:
-        """kazoo's watch callback (on its event thread): the node ahead changed."""
+    def watching(self, head: str | None) -> Callable[[Any], None]:
+        """The watch callback for the node ahead of us; ``head`` if that node holds the lock."""
+        self._head, self._head_gone = head, False
+        return self._wake
+
+    def head_gone(self) -> bool:
+        """True once the holder's node we watched (we were next) was deleted."""
+        gone, self._head_gone = self._head_gone, False
+        return gone
+
+    def _wake(self, event: Any) -> None:
+        # kazoo's event thread: only note what happened.
+        if self._head is not None and event.path == self._head and event.type == "DELETED":
+            self._head_gone = True
         self._event.set()
 
     def wait(self, timeout: float) -> Grant | None:
