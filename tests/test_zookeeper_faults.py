@@ -292,3 +292,34 @@ def test_a_paused_server_makes_acquire_fail_within_its_socket_timeout(
             assert time.monotonic() - start < 1.5
         finally:
             zookeeper_server.resume()
+
+
+def test_a_holder_cut_off_past_a_third_of_its_session_is_told(
+    zookeeper_server: ZooKeeperServer, namespace: str
+) -> None:
+    """The server stops answering: the session may expire on the server a third of its timeout
+    after kazoo notices, so the holder is told then, long before its 60 s ttl."""
+    session = 3.0
+    with LockKit(_url(zookeeper_server, session=session, socket_timeout=0.5),
+                 namespace=namespace, ttl=60.0) as kit:
+        told = threading.Event()
+        held = kit.lock("job", on_lost=lambda lock: told.set())
+        assert held.acquire()
+        zookeeper_server.pause()
+        paused = time.monotonic()
+        try:
+            # kazoo notices the silence after 2/3 of the session, then a third remains.
+            assert told.wait(session + 2.0), "the holder was not told its session is in doubt"
+            took = time.monotonic() - paused
+            assert took <= session + 1.0
+            with pytest.raises(LockLost):
+                held.check()
+            assert not held.owned()
+        finally:
+            zookeeper_server.resume()
+        # Its release finds the lock lost, or the link still down; either way the node goes
+        # (at once, or by the sweep when the connection is back) and others get the key.
+        with pytest.raises((LockLost, BackendUnavailable)):
+            held.release()
+        with LockKit(_url(zookeeper_server), namespace=namespace) as other:
+            assert eventually(lambda: other.lock("job", timeout=5).acquire())
