@@ -18,6 +18,8 @@ from .hold import Hold
 from .keys import KeyTemplate, check_key
 from .lock import Lock, OnLost
 from .registry import create_backend
+from .rwlock import RWLock
+from .semaphore import Semaphore
 from .watchdog import watch
 
 __all__ = ["LockKit"]
@@ -172,6 +174,23 @@ class LockKit:
             "on_lost": callbacks,
             "owner": owner,
         }
+
+    def rwlock(self, key: str) -> RWLock:
+        """A read-write lock on ``key``: ``with kit.rwlock(key).read(timeout=5): ...``."""
+        self._require_shared("rwlock")
+        return RWLock(self, key)
+
+    def semaphore(self, key: str, limit: int, *, timeout: Any = UNSET) -> Semaphore:
+        """One of ``limit`` places on ``key``: ``with kit.semaphore(key, limit=3): ...``."""
+        self._require_shared("semaphore")
+        return Semaphore(self, key, limit, timeout)
+
+    def _require_shared(self, what: str) -> None:
+        if Capability.SHARED not in self.backend.capabilities:
+            raise NotSupported(
+                f"kit.{what}() needs a backend with read-write locks and semaphores; the "
+                f"{self.backend.url.scheme}:// backend has none (use zookeeper://)"
+            )
 
     def locked(
         self,

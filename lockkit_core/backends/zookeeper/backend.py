@@ -14,6 +14,7 @@ from ...url import LockURL
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
 from .nodes import NodeData, key_node, node_key, node_owner, ordered, remaining_ms
 from .session import Session, client_kwargs
+from .shared import SharedPlaces
 from .waiter import ZooKeeperWaiter
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class ZooKeeperBackend(Backend):
         | Capability.CROSS_PROCESS
         | Capability.CROSS_HOST
         | Capability.LIST
+        | Capability.SHARED
     )
     grade: ClassVar[Grade] = Grade.CONSENSUS
     option_types: ClassVar[Mapping[str, type]] = {
@@ -110,6 +112,7 @@ class ZooKeeperBackend(Backend):
         self._orphans_lock = threading.Lock()
         self._root_made = False
         self._crowded: dict[str, None] = {}
+        self._shared = SharedPlaces(self)
         self._session_timeout = float(kwargs["timeout"])
         # The server's clock as of our last write (ms), and our monotonic time on its reply:
         # server time now is at least their sum, so a lease is never judged over too early.
@@ -430,6 +433,17 @@ class ZooKeeperBackend(Backend):
         self._delete(mine.path)
         self._drop_parent(key)
 
+    def acquire_shared(
+        self, key: str, owner: str, mode: str, limit: int, timeout: float | None
+    ) -> int | None:
+        return self._shared.acquire(key, owner, mode, limit, timeout)
+
+    def release_shared(self, key: str, owner: str, mode: str) -> bool:
+        return self._shared.release(key, owner, mode)
+
+    def shared_holders(self, key: str, mode: str, limit: int) -> list[Lease]:
+        return self._shared.holders(key, mode, limit)
+
     def track(self, hold: Hold) -> None:
         self.session.track(hold)
 
@@ -502,6 +516,7 @@ class ZooKeeperBackend(Backend):
 
     def after_fork_in_child(self) -> None:
         self.session.forget_after_fork()
+        self._shared.forget_after_fork()
         self._nodes = {}
         self._queued = {}
         self._orphans = set()
