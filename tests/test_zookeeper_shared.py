@@ -35,15 +35,13 @@ def test_readers_share_and_a_writer_waits_for_them(kits: list[LockKit]) -> None:
         assert hints == {"reader"}
         assert len(a.rwlock("catalog").holders()) == 2
         started = time.monotonic()
-        with pytest.raises(LockTimeout):
-            with w.rwlock("catalog").write(timeout=0.2):
-                pass
+        with pytest.raises(LockTimeout), w.rwlock("catalog").write(timeout=0.2):
+            pass
         assert 0.2 <= time.monotonic() - started < 0.5
     with w.rwlock("catalog").write(timeout=1) as writer:
         assert writer.owned()
-        with pytest.raises(LockTimeout):
-            with a.rwlock("catalog").read(timeout=0.1):
-                pass
+        with pytest.raises(LockTimeout), a.rwlock("catalog").read(timeout=0.1):
+            pass
         (holder,) = w.rwlock("catalog").holders()
         assert holder.holder is not None and holder.holder.startswith("writer")
         assert holder.token == writer.token
