@@ -40,7 +40,7 @@ def kits(url: str, namespace: str) -> Iterator[list[LockKit]]:
 def _contenders(kit: LockKit, key: str) -> list[str]:
     backend = kit.backend
     assert isinstance(backend, ZooKeeperBackend)
-    return backend._children(f"{kit.namespace}:{key}")
+    return backend.tree.children(f"{kit.namespace}:{key}")
 
 
 @pytest.mark.parametrize("fair", [True, False])
@@ -92,7 +92,7 @@ def test_each_waiter_watches_only_the_node_ahead_of_it(
             assert time.monotonic() < deadline
             time.sleep(0.01)
         time.sleep(0.2)  # the last watches are set after the last node shows up
-        parent = holder.backend._parent(f"{holder.namespace}:herd")  # type: ignore[attr-defined]
+        parent = holder.backend.tree.parent(f"{holder.namespace}:herd")  # type: ignore[attr-defined]
         watched: dict[str, int] = {}
         current = ""
         for line in four_letter(zookeeper_server.port, "wchp").splitlines():
@@ -155,7 +155,7 @@ def test_a_free_key_leaves_nothing_and_tokens_rise_across_parents(
             (node,) = _contenders(kit, "once")
             assert node.endswith("-0000000000")  # a new parent numbers from 0 again
         time.sleep(0.05)
-        assert client.exists(backend._parent(f"{namespace}:once")) is None
+        assert client.exists(backend.tree.parent(f"{namespace}:once")) is None
     assert tokens == sorted(set(tokens)), "czxid tokens must rise when the parent is remade"
     assert kit.admin.list() == []
 

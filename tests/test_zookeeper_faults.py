@@ -226,7 +226,7 @@ def test_a_retry_after_a_lost_create_reply_finds_its_node(
         assert isinstance(backend, ZooKeeperBackend)
         key, owner = f"{namespace}:job", uuid.uuid4().hex
         client = backend.session.client()
-        parent = backend._parent(key)
+        parent = backend.tree.parent(key)
         client.ensure_path(parent)
         path, stat = client.create(f"{parent}/{owner_id(owner)}-", b"", ephemeral=True,
                                    sequence=True, include_data=True)

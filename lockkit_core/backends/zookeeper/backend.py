@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
-from ...errors import BackendError, BackendUnavailable, ConfigError
+from ...errors import BackendUnavailable, ConfigError
 from ...url import LockURL
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
-from .nodes import NodeData, key_node, node_key, node_owner, ordered, remaining_ms
+from .nodes import NodeData, node_key, node_owner, remaining_ms
 from .session import Session, client_kwargs
 from .shared import SharedPlaces
+from .tree import LockTree, Mine, op
 from .waiter import ZooKeeperWaiter
 
 if TYPE_CHECKING:
@@ -23,27 +21,8 @@ if TYPE_CHECKING:
 __all__ = ["ZooKeeperBackend"]
 
 
-def _op(method: str, *args: Any, **kwargs: Any) -> Callable[[Any], Any]:
-    """``client.<method>(*args, **kwargs)``, to be sent through ``Session.call``."""
-    return lambda client: getattr(client, method)(*args, **kwargs)
-
 #: attempts in one try_acquire before it answers "busy" (each follows a change it raced with)
 _ROUNDS = 8
-#: keys remembered as recently contended (their parent exists: create without the transaction)
-_CROWDED = 256
-
-
-@dataclass
-class _Mine:
-    """Our node for one (key, owner): its path, fencing token, version, and whether it has
-    claimed the lock (a lease in its data) or only queues."""
-
-    path: str
-    czxid: int
-    version: int
-    claimed: bool
-    generation: int
-    first: bool = False  #: made with the key's parent: nobody can be ahead of it
 
 
 class ZooKeeperBackend(Backend):
@@ -99,166 +78,45 @@ class ZooKeeperBackend(Backend):
         chroot = url.path.rstrip("/")
         if chroot and not chroot.startswith("/"):
             raise ConfigError(f"the ZooKeeper chroot must start with '/', got {chroot!r}")
-        self.root = chroot + "/lockkit/locks"
         username = unquote(url.username) if url.username else None
         kwargs = client_kwargs(netloc, username, url.password, self.options)
         self.session = Session(kwargs, self.options.get("socket_timeout", 5.0), url.redacted())
-        self.session.on_reconnect = self._sweep_orphans
-        self._nodes: dict[tuple[str, str], _Mine] = {}
+        self.session.on_reconnect = self._sweep
+        self.tree = LockTree(self.session, chroot + "/lockkit/locks")
+        self._nodes: dict[tuple[str, str], Mine] = {}
         self._queued: dict[tuple[str, str], ZooKeeperWaiter] = {}
-        #: (key, owner id) whose node may be left behind (a lost reply, a waiter that left
-        #: during an outage): deleted when the connection is back
-        self._orphans: set[tuple[str, str]] = set()
-        self._orphans_lock = threading.Lock()
-        self._root_made = False
-        self._crowded: dict[str, None] = {}
         self._shared = SharedPlaces(self)
         self._session_timeout = float(kwargs["timeout"])
-        # The server's clock as of our last write (ms), and our monotonic time on its reply:
-        # server time now is at least their sum, so a lease is never judged over too early.
-        self._server_ms = 0.0
-        self._server_at = 0.0
 
-    # -- helpers ------------------------------------------------------------------------------
+    def _sweep(self) -> None:
+        self.tree.sweep({mine.path for mine in list(self._nodes.values())})
 
-    def _parent(self, key: str) -> str:
-        return f"{self.root}/{key_node(key)}"
+    # -- our nodes ----------------------------------------------------------------------------
 
-    def _call(self, what: str, start: Any) -> Any:
-        if not self._root_made:
-            self.session.call("create the locks root", lambda c: c.ensure_path_async(self.root))
-            self._root_made = True
-        return self.session.call(what, start)
-
-    def _saw(self, stat: Any) -> None:
-        self._server_ms, self._server_at = float(stat.mtime), time.monotonic()
-
-    def _server_now(self) -> float:
-        if not self._server_at:
-            return time.time() * 1000.0  # no write yet: our clock (admin display only)
-        return self._server_ms + (time.monotonic() - self._server_at) * 1000.0
-
-    def _create(self, key: str, oid: str, ms: int, queueing: bool) -> _Mine:
-        """Make our node; with the key's parent in the same transaction when the key is free
-        (one round trip, and we know we are first: the node claims the lock at once)."""
-        from kazoo.exceptions import NodeExistsError, NoNodeError
-
-        parent = self._parent(key)
-        prefix = f"{parent}/{oid}-"
-        generation = self.session.generation
-        claim = NodeData.here(ms).encode()
-        data = NodeData.here(0).encode() if queueing else claim
-        for _ in range(_ROUNDS):
-            if key in self._crowded:
-                # Contended lately: the parent is most likely there, skip the transaction.
-                try:
-                    path, stat = self._creating(
-                        key, oid,
-                        _op("create_async", prefix, data, ephemeral=True, sequence=True,
-                            include_data=True),
-                    )
-                except NoNodeError:
-                    self._crowded.pop(key, None)
-                    continue
-                self._saw(stat)
-                return _Mine(path, stat.czxid, stat.version, not queueing, generation)
-
-            def multi(c: Any) -> Any:
-                t = c.transaction()  # which, unlike create(), ignores the default ACL
-                t.create(parent, b"", acl=c.default_acl)
-                t.create(prefix, claim, acl=c.default_acl, ephemeral=True, sequence=True)
-                t.set_data(prefix + "0" * 10, claim)  # a fresh parent numbers from 0
-                return t.commit_async()
-
-            results = self._creating(key, oid, multi)
-            if not isinstance(results[0], Exception):
-                stat = results[2]
-                self._saw(stat)
-                return _Mine(results[1], stat.czxid, stat.version, True, generation, first=True)
-            if isinstance(results[0], NodeExistsError):
-                self._crowded[key] = None
-                if len(self._crowded) > _CROWDED:
-                    del self._crowded[next(iter(self._crowded))]
-            else:
-                failed = results[0]
-                error = self.session.translate(f"create the lock node of {key!r}", failed)
-                if error is failed:
-                    error = BackendError(f"creating the lock node of {key!r} failed: {failed!r}")
-                raise error from failed
-            try:
-                path, stat = self._creating(
-                    key, oid,
-                    _op("create_async", prefix, data, ephemeral=True, sequence=True,
-                        include_data=True),
-                )
-            except NoNodeError:
-                continue  # the empty parent was just removed: make it again
-            self._saw(stat)
-            return _Mine(path, stat.czxid, stat.version, not queueing, generation)
-        raise BackendUnavailable(f"the lock node of {key!r} kept vanishing while created")
-
-    def _creating(self, key: str, oid: str, start: Any) -> Any:
-        """Send a create; if its answer is lost, the node may exist all the same: leave its
-        owner id for the sweep that runs when the connection is back."""
-        try:
-            return self._call(f"create the lock node of {key!r}", start)
-        except BackendUnavailable:
-            with self._orphans_lock:
-                self._orphans.add((key, oid))
-            raise
-
-    def _mine(self, key: str, owner: str) -> _Mine | None:
+    def _mine(self, key: str, owner: str) -> Mine | None:
         mine = self._nodes.get((key, owner))
         if mine is not None and mine.generation != self.session.generation:
             self._nodes.pop((key, owner), None)  # its session ended: the node is gone
             return None
         return mine
 
-    def _children(self, key: str) -> list[str]:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            found = self._call(
-                f"list the contenders of {key!r}",
-                lambda c: c.get_children_async(self._parent(key)),
-            )
-        except NoNodeError:
-            return []
-        return ordered(list(found))
-
-    def _drop_parent(self, key: str) -> None:
-        """Remove the key's parent if it is empty (a free key costs nothing); not waited for:
-        the server refuses it if anyone queued meanwhile."""
-        client = self.session._client
-        if client is not None and client.connected:
-            client.delete_async(self._parent(key))
-
-    def _delete(self, path: str, version: int = -1) -> bool:
-        from kazoo.exceptions import BadVersionError, NoNodeError
-
-        try:
-            self._call(f"delete {path}", lambda c: c.delete_async(path, version))
-        except (NoNodeError, BadVersionError):
-            return False
-        return True
-
-    def _find(self, key: str, owner: str) -> tuple[_Mine | None, list[str]]:
+    def _find(self, key: str, owner: str) -> tuple[Mine | None, list[str]]:
         """Our node for ``owner`` (from memory, else by its owner id among the children)."""
         from kazoo.exceptions import NoNodeError
 
-        children = self._children(key)
+        children = self.tree.children(key)
         mine = self._mine(key, owner)
         if mine is not None:
             return mine, children
         oid = owner_id(owner)
         for child in children:
             if node_owner(child) == oid:
-                path = f"{self._parent(key)}/{child}"
+                path = f"{self.tree.parent(key)}/{child}"
                 try:
-                    raw, stat = self._call(f"read {path}", _op("get_async", path))
+                    raw, stat = self.tree.call(f"read {path}", op("get_async", path))
                 except NoNodeError:
                     return None, children
-                return _Mine(path, stat.czxid, stat.version,
+                return Mine(path, stat.czxid, stat.version,
                              NodeData.decode(raw).lease_ms > 0, self.session.generation), children
         return None, children
 
@@ -266,12 +124,12 @@ class ZooKeeperBackend(Backend):
 
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
 
-        if self._orphans:
-            self._sweep_orphans()
+        if self.tree.has_orphans():
+            self._sweep()
         ms = max(1, int(ttl * 1000))
         oid = owner_id(owner)
         waiter = self._queued.get((key, owner))
-        parent = self._parent(key)
+        parent = self.tree.parent(key)
         for _ in range(_ROUNDS):
             mine = self._mine(key, owner)
             if mine is not None and waiter is not None and waiter.head_gone():
@@ -282,11 +140,11 @@ class ZooKeeperBackend(Backend):
                     return claimed
                 continue
             if mine is None:
-                mine = self._create(key, oid, ms, queueing=waiter is not None)
+                mine = self.tree.create(key, oid, ms, queueing=waiter is not None)
                 self._nodes[(key, owner)] = mine
                 if mine.first:
                     return Grant(True, mine.czxid)
-            children = self._children(key)
+            children = self.tree.children(key)
             name = mine.path.rpartition("/")[2]
             if name not in children:
                 self._nodes.pop((key, owner), None)  # deleted: expired, force-released
@@ -295,14 +153,14 @@ class ZooKeeperBackend(Backend):
             if ours[0] != name:
                 # A create whose reply was lost left an older node of ours: keep the older
                 # (its place in the queue), drop the newer, never leave one behind.
-                self._delete(mine.path)
+                self.tree.delete(mine.path)
                 self._nodes.pop((key, owner), None)
                 older, _ = self._find(key, owner)
                 if older is not None:
                     self._nodes[(key, owner)] = older
                 continue
             for extra in ours[1:]:
-                self._delete(f"{parent}/{extra}")
+                self.tree.delete(f"{parent}/{extra}")
             index = children.index(name)
             if index == 0:
                 if mine.claimed:
@@ -316,53 +174,53 @@ class ZooKeeperBackend(Backend):
                 return busy
         return Grant(False)
 
-    def _busy(self, key: str, owner: str, mine: _Mine, waiter: ZooKeeperWaiter | None,
+    def _busy(self, key: str, owner: str, mine: Mine, waiter: ZooKeeperWaiter | None,
               children: list[str], index: int) -> Grant | None:
         """The answer for an owner whose node is at ``index`` (> 0) in the queue; None to
         look again (the queue changed meanwhile)."""
         from kazoo.exceptions import NoNodeError
 
-        parent = self._parent(key)
+        parent = self.tree.parent(key)
         head = f"{parent}/{children[0]}"
         if waiter is not None and index > 1:
             # Further back in the queue: only the node ahead matters (the holder's lease
             # is the business of the one right behind it).
-            found = self._call(
+            found = self.tree.call(
                 f"watch the queue of {key!r}",
-                _op("exists_async", f"{parent}/{children[index - 1]}", waiter.watching(None)),
+                op("exists_async", f"{parent}/{children[index - 1]}", waiter.watching(None)),
             )
             return None if found is None else Grant(False, retry_after=self._session_timeout)
         watch = None if waiter is None else waiter.watching(head)
         try:
-            raw, stat = self._call(f"read the holder of {key!r}", _op("get_async", head, watch))
+            raw, stat = self.tree.call(f"read the holder of {key!r}", op("get_async", head, watch))
         except NoNodeError:
             return None
-        left = remaining_ms(stat.mtime, NodeData.decode(raw).lease_ms, self._server_now())
+        left = remaining_ms(stat.mtime, NodeData.decode(raw).lease_ms, self.tree.server_now())
         if left is not None and left <= 0:
             # The holder's lease ran out on the server's clock (it stopped renewing):
             # remove its node, unless it renewed meanwhile (the version says so).
-            self._delete(head, stat.version)
+            self.tree.delete(head, stat.version)
             return None
         retry_after = None if left is None else left / 1000.0
         if waiter is None:
-            self._delete(mine.path)
+            self.tree.delete(mine.path)
             self._nodes.pop((key, owner), None)
             return Grant(False, retry_after=retry_after)
         return Grant(False, retry_after=retry_after or self._session_timeout)
 
-    def _claim(self, key: str, owner: str, mine: _Mine, ms: int) -> Grant | None:
+    def _claim(self, key: str, owner: str, mine: Mine, ms: int) -> Grant | None:
         """Write our lease into our node, first in the queue now; None if it is gone."""
         from kazoo.exceptions import BadVersionError, NoNodeError
 
         try:
-            stat = self._call(
+            stat = self.tree.call(
                 f"claim {key!r}",
-                _op("set_async", mine.path, NodeData.here(ms).encode(), mine.version),
+                op("set_async", mine.path, NodeData.here(ms).encode(), mine.version),
             )
         except (NoNodeError, BadVersionError):
             self._nodes.pop((key, owner), None)
             return None
-        self._saw(stat)
+        self.tree.saw(stat)
         mine.version, mine.claimed = stat.version, True
         return Grant(True, mine.czxid)
 
@@ -372,8 +230,7 @@ class ZooKeeperBackend(Backend):
         except BackendUnavailable:
             # The node may outlive this outage (the session can survive it): delete it as
             # soon as the connection is back, or it would block the key until its lease ends.
-            with self._orphans_lock:
-                self._orphans.add((key, owner_id(owner)))
+            self.tree.orphan(key, owner_id(owner))
             raise
 
     def _release(self, key: str, owner: str) -> bool:
@@ -386,8 +243,8 @@ class ZooKeeperBackend(Backend):
         if mine is None:
             return False
         self._nodes.pop((key, owner), None)
-        done = self._delete(mine.path)
-        self._drop_parent(key)
+        done = self.tree.delete(mine.path)
+        self.tree.drop_parent(key)
         return done and mine.claimed
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
@@ -406,11 +263,11 @@ class ZooKeeperBackend(Backend):
         data = NodeData.here(max(1, int(ttl * 1000))).encode()
         path = mine.path
         try:
-            stat = self._call(f"extend {key!r}", lambda c: c.set_async(path, data))
+            stat = self.tree.call(f"extend {key!r}", lambda c: c.set_async(path, data))
         except NoNodeError:
             self._nodes.pop((key, owner), None)
             return Grant(False)
-        self._saw(stat)
+        self.tree.saw(stat)
         mine.version = stat.version
         self._nodes[(key, owner)] = mine
         return Grant(True, mine.czxid)
@@ -427,11 +284,10 @@ class ZooKeeperBackend(Backend):
         if mine is None:
             return
         if not reachable:
-            with self._orphans_lock:
-                self._orphans.add((key, owner_id(owner)))
+            self.tree.orphan(key, owner_id(owner))
             return
-        self._delete(mine.path)
-        self._drop_parent(key)
+        self.tree.delete(mine.path)
+        self.tree.drop_parent(key)
 
     def acquire_shared(
         self, key: str, owner: str, mode: str, limit: int, timeout: float | None
@@ -447,39 +303,21 @@ class ZooKeeperBackend(Backend):
     def track(self, hold: Hold) -> None:
         self.session.track(hold)
 
-    # -- session events -------------------------------------------------------------------------
-
-    def _sweep_orphans(self) -> None:
-        """Delete nodes a lost reply or an outage may have left under our owner ids."""
-        with self._orphans_lock:
-            pending, self._orphans = self._orphans, set()
-        held = {m.path for m in list(self._nodes.values())}
-        for key, oid in pending:
-            try:
-                for child in self._children(key):
-                    path = f"{self._parent(key)}/{child}"
-                    if node_owner(child) == oid and path not in held:
-                        self._delete(path)
-                self._drop_parent(key)
-            except BackendError:
-                with self._orphans_lock:
-                    self._orphans.add((key, oid))
-
     # -- admin --------------------------------------------------------------------------------
 
     def _lease(self, key: str) -> Lease | None:
         from kazoo.exceptions import NoNodeError
 
-        children = self._children(key)
+        children = self.tree.children(key)
         if not children:
             return None
-        head = f"{self._parent(key)}/{children[0]}"
+        head = f"{self.tree.parent(key)}/{children[0]}"
         try:
-            raw, stat = self._call(f"read the holder of {key!r}", lambda c: c.get_async(head))
+            raw, stat = self.tree.call(f"read the holder of {key!r}", lambda c: c.get_async(head))
         except NoNodeError:
             return None
         data = NodeData.decode(raw)
-        left = remaining_ms(stat.mtime, data.lease_ms, self._server_now())
+        left = remaining_ms(stat.mtime, data.lease_ms, self.tree.server_now())
         if left is not None and left <= 0:
             return None  # its lease is over: the next contender removes it
         return Lease(
@@ -494,7 +332,7 @@ class ZooKeeperBackend(Backend):
         from kazoo.exceptions import NoNodeError
 
         try:
-            names = self._call("list locks", lambda c: c.get_children_async(self.root))
+            names = self.tree.call("list locks", op("get_children_async", self.tree.root))
         except NoNodeError:
             return []
         keys = sorted(k for k in map(node_key, names) if k is not None and k.startswith(prefix))
@@ -505,11 +343,11 @@ class ZooKeeperBackend(Backend):
         return self._lease(key)
 
     def force_release(self, key: str) -> bool:
-        children = self._children(key)
+        children = self.tree.children(key)
         if not children:
             return False
-        done = self._delete(f"{self._parent(key)}/{children[0]}")
-        self._drop_parent(key)
+        done = self.tree.delete(f"{self.tree.parent(key)}/{children[0]}")
+        self.tree.drop_parent(key)
         return done
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -517,10 +355,9 @@ class ZooKeeperBackend(Backend):
     def after_fork_in_child(self) -> None:
         self.session.forget_after_fork()
         self._shared.forget_after_fork()
+        self.tree.forget_after_fork()
         self._nodes = {}
         self._queued = {}
-        self._orphans = set()
-        self._orphans_lock = threading.Lock()
 
     def close(self) -> None:
         self.session.close()

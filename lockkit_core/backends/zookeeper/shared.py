@@ -75,7 +75,7 @@ class SharedPlaces:
 
     def _parent(self, key: str, mode: str) -> str:
         kind = "semaphores" if mode == "slot" else "rwlocks"
-        return f"{self._backend.root.rpartition('/')[0]}/{kind}/{key_node(key)}"
+        return f"{self._backend.tree.root.rpartition('/')[0]}/{kind}/{key_node(key)}"
 
     def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
         return self._backend.session.call(what, lambda c: getattr(c, method)(*args, **kwargs))
