@@ -79,8 +79,8 @@ class LockTree:
         return self._server_ms + (time.monotonic() - self._server_at) * 1000.0
 
     def create(self, key: str, oid: str, ms: int, queueing: bool) -> Mine:
-        """Make our node for ``oid``; with the key's parent in the same transaction when the key is free
-        (one round trip, and we know we are first: the node claims the lock at once)."""
+        """Make our node for ``oid``; with the key's parent in the same transaction when the
+        key is free (one round trip, and we are first: the node claims the lock at once)."""
         from kazoo.exceptions import NodeExistsError, NoNodeError
 
         parent = self.parent(key)
