@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote, urlsplit
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from ...hold import Hold
 
 __all__ = ["ZooKeeperBackend"]
+
+log = logging.getLogger("lockkit.zookeeper")
 
 
 #: attempts in one try_acquire before it answers "busy" (each follows a change it raced with)
@@ -133,12 +136,10 @@ class ZooKeeperBackend(Backend):
         for _ in range(_ROUNDS):
             mine = self._mine(key, owner)
             if mine is not None and waiter is not None and waiter.head_gone():
-                # We were next and the head's node is gone: no node can come before ours,
-                # so we are first: claim at once (one round trip after the release).
-                claimed = self._claim(key, owner, mine, ms)
-                if claimed is not None:
-                    return claimed
-                continue
+                # We were next and the head's node is gone: no node can come before ours, so
+                # we hold the lock now. The claim that stamps our lease is sent, not waited
+                # for: until it lands our node carries no lease and cannot be judged expired.
+                return self._claim_later(key, mine, ms)
             if mine is None:
                 mine = self.tree.create(key, oid, ms, queueing=waiter is not None)
                 self._nodes[(key, owner)] = mine
@@ -222,6 +223,24 @@ class ZooKeeperBackend(Backend):
             return None
         self.tree.saw(stat)
         mine.version, mine.claimed = stat.version, True
+        return Grant(True, mine.czxid)
+
+    def _claim_later(self, key: str, mine: Mine, ms: int) -> Grant:
+        """Send the claim of a node known to be first, and answer at once."""
+        client = self.session.client()
+
+        def landed(result: Any) -> None:
+            try:
+                stat = result.get()
+            except Exception as exc:  # the node went (force-released): the holder learns
+                mine.claimed = False  # it at its next renewal or at release
+                log.warning("claiming %s failed: %r", key, exc)
+                return
+            self.tree.saw(stat)
+            mine.version = stat.version
+
+        mine.claimed = True
+        client.set_async(mine.path, NodeData.here(ms).encode(), mine.version).rawlink(landed)
         return Grant(True, mine.czxid)
 
     def release(self, key: str, owner: str) -> bool:
