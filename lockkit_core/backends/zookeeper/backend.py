@@ -164,12 +164,9 @@ class ZooKeeperBackend(Backend):
                 self.tree.delete(f"{parent}/{extra}")
             index = children.index(name)
             if index == 0:
-                if mine.claimed:
-                    return Grant(True, mine.czxid)
-                claimed = self._claim(key, owner, mine, ms)
-                if claimed is not None:
-                    return claimed
-                continue
+                return Grant(True, mine.czxid) if mine.claimed else self._claim_later(
+                    key, mine, ms
+                )
             busy = self._busy(key, owner, mine, waiter, children, index)
             if busy is not None:
                 return busy
@@ -208,22 +205,6 @@ class ZooKeeperBackend(Backend):
             self._nodes.pop((key, owner), None)
             return Grant(False, retry_after=retry_after)
         return Grant(False, retry_after=retry_after or self._session_timeout)
-
-    def _claim(self, key: str, owner: str, mine: Mine, ms: int) -> Grant | None:
-        """Write our lease into our node, first in the queue now; None if it is gone."""
-        from kazoo.exceptions import BadVersionError, NoNodeError
-
-        try:
-            stat = self.tree.call(
-                f"claim {key!r}",
-                op("set_async", mine.path, NodeData.here(ms).encode(), mine.version),
-            )
-        except (NoNodeError, BadVersionError):
-            self._nodes.pop((key, owner), None)
-            return None
-        self.tree.saw(stat)
-        mine.version, mine.claimed = stat.version, True
-        return Grant(True, mine.czxid)
 
     def _claim_later(self, key: str, mine: Mine, ms: int) -> Grant:
         """Send the claim of a node known to be first, and answer at once."""
