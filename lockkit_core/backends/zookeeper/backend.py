@@ -126,7 +126,6 @@ class ZooKeeperBackend(Backend):
     # -- locking ------------------------------------------------------------------------------
 
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
-
         if self.tree.has_orphans():
             self._sweep()
         ms = max(1, int(ttl * 1000))
