@@ -126,7 +126,7 @@ def _contend(library: str, hosts: str, key: str, seconds: float, hold: float,
         out.put(spans)
 
 
-def _handoff(library: str, hosts: str, processes: int, seconds: float,
+def _handoff(library: str, hosts: str, port: int, processes: int, seconds: float,
              hold: float) -> dict[str, Any]:
     key = f"h-{uuid.uuid4().hex[:8]}"
     out = _SPAWN.Queue()
@@ -135,11 +135,13 @@ def _handoff(library: str, hosts: str, processes: int, seconds: float,
         _SPAWN.Process(target=_contend, args=(library, hosts, key, seconds, hold, start_at, out))
         for _ in range(processes)
     ]
+    before = _packets(port)
     for p in procs:
         p.start()
     runs = [(i, span) for i in range(processes) for span in out.get(timeout=seconds + 120)]
     for p in procs:
         p.join(30)
+    requests = _packets(port) - before  # connecting and closing included: a few per process
     sections = sorted((got, released, who) for who, (got, released) in runs)
     gaps = [nxt[0] - cur[1] for cur, nxt in itertools.pairwise(sections) if nxt[2] != cur[2]]
     overlaps = sum(nxt[0] < cur[1] for cur, nxt in itertools.pairwise(sections))
@@ -150,6 +152,7 @@ def _handoff(library: str, hosts: str, processes: int, seconds: float,
         "handoff_p50_us": percentile(ordered, 50) * 1e6 if gaps else float("nan"),
         "handoff_p99_us": percentile(ordered, 99) * 1e6 if gaps else float("nan"),
         "overlaps": overlaps,
+        "requests_per_section": requests / max(1, len(sections)),
     }
 
 
@@ -215,18 +218,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"running {library} ...", file=sys.stderr, flush=True)
             row: dict[str, Any] = {"library": library}
             row.update(_uncontended(library, hosts, server.port, args.cycles))
-            row.update(_handoff(library, hosts, args.processes, args.seconds, args.hold))
+            row.update(_handoff(library, hosts, server.port, args.processes, args.seconds, args.hold))
             row.update(_fairness(library, hosts, 8))
             rows.append(row)
     print(f"ZooKeeper standalone on loopback (forceSync=no); one round trip (exists) p50 "
           f"{rt * 1e6:.0f} us; {args.processes} processes hand off, holding "
           f"{args.hold * 1e3:g} ms; fairness with 8 queued processes")
     print(f"{'library':<14}{'uncont. mean':>13}{'p50':>8}{'p99':>8}{'req/cycle':>10}"
-          f"{'sections':>9}{'handoff p50':>12}{'p99':>9}{'in RTs':>7}{'overlap':>8}"
-          f"{'FIFO %':>7}")
+          f"{'sections':>9}{'req/sect':>9}{'handoff p50':>12}{'p99':>9}{'in RTs':>7}"
+          f"{'overlap':>8}{'FIFO %':>7}")
     for r in rows:
         print(f"{r['library']:<14}{r['mean_us']:>11.0f}us{r['p50_us']:>6.0f}us"
               f"{r['p99_us']:>6.0f}us{r['requests']:>10.2f}{r['sections']:>9}"
+              f"{r['requests_per_section']:>9.1f}"
               f"{r['handoff_p50_us']:>10.0f}us{r['handoff_p99_us']:>7.0f}us"
               f"{r['handoff_p50_us'] / (rt * 1e6):>7.1f}{r['overlaps']:>8}{r['fifo_pct']:>7.0f}")
     ours, theirs = rows
