@@ -218,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"running {library} ...", file=sys.stderr, flush=True)
             row: dict[str, Any] = {"library": library}
             row.update(_uncontended(library, hosts, server.port, args.cycles))
-            row.update(_handoff(library, hosts, server.port, args.processes, args.seconds, args.hold))
+            row.update(
+                _handoff(library, hosts, server.port, args.processes, args.seconds, args.hold)
+            )
             row.update(_fairness(library, hosts, 8))
             rows.append(row)
     print(f"ZooKeeper standalone on loopback (forceSync=no); one round trip (exists) p50 "
