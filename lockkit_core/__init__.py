@@ -27,6 +27,9 @@ from .keys import KeyTemplate
 from .kit import LockKit
 from .lock import Lock
 from .registry import known_schemes
+from .rwlock import RWLock
+from .semaphore import Semaphore
+from .shared import SharedLock
 from .url import LockURL, parse_url
 
 __all__ = [
@@ -54,6 +57,9 @@ __all__ = [
     "LockURL",
     "LockUnavailable",
     "NotSupported",
+    "RWLock",
+    "Semaphore",
+    "SharedLock",
     "known_schemes",
     "parse_url",
 ]

@@ -18,6 +18,8 @@ from .hold import Hold
 from .keys import KeyTemplate, check_key
 from .lock import Lock, OnLost
 from .registry import create_backend
+from .rwlock import RWLock
+from .semaphore import Semaphore
 from .watchdog import watch
 
 __all__ = ["LockKit"]
@@ -173,6 +175,23 @@ class LockKit:
             "owner": owner,
         }
 
+    def rwlock(self, key: str) -> RWLock:
+        """A read-write lock on ``key``: ``with kit.rwlock(key).read(timeout=5): ...``."""
+        self._require_shared("rwlock")
+        return RWLock(self, key)
+
+    def semaphore(self, key: str, limit: int, *, timeout: Any = UNSET) -> Semaphore:
+        """One of ``limit`` places on ``key``: ``with kit.semaphore(key, limit=3): ...``."""
+        self._require_shared("semaphore")
+        return Semaphore(self, key, limit, timeout)
+
+    def _require_shared(self, what: str) -> None:
+        if Capability.SHARED not in self.backend.capabilities:
+            raise NotSupported(
+                f"kit.{what}() needs a backend with read-write locks and semaphores; the "
+                f"{self.backend.url.scheme}:// backend has none (use zookeeper://)"
+            )
+
     def locked(
         self,
         key: str | Callable[..., str],
@@ -218,6 +237,7 @@ class LockKit:
         if lock.reentrant:  # a non-reentrant hold belongs to its handle, not to a thread
             with self._holds_lock:
                 self._holds[lock.full_key] = hold
+        self.backend.track(hold)
         watch(hold)
         return hold
 

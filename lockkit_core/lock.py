@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 from . import lease
 from .acquire import acquire as acquire_grant
 from .acquire import dead_on_arrival_error
-from .backends.base import owner_hint
+from .backends.base import Capability, owner_hint
 from .config import UNSET, check_timeout, check_ttl
-from .errors import ConfigError, LockLost, LockNotOwned, LockTimeout
+from .errors import ConfigError, LockLost, LockNotOwned, LockTimeout, NotSupported
 from .hold import Hold, inherited_message, lost_message
 from .keys import namespaced
 
@@ -278,9 +278,16 @@ class Lock:
         renewed by this process, so whoever gets the token (``kit.lock(key, owner=token)``,
         e.g. the worker that runs a queued task) can adopt it before it runs out. Raises
         :class:`LockLost` if the lease is already gone, :class:`LockNotOwned` if this
-        handle does not hold the lock or holds it re-entered.
+        handle does not hold the lock or holds it re-entered, :class:`NotSupported` on a
+        store whose leases end with the process that took them (ZooKeeper sessions).
         """
         new_ttl = self.ttl if ttl is None else check_ttl(ttl)
+        backend = self.kit.backend
+        if Capability.HAND_OFF not in backend.capabilities:
+            raise NotSupported(
+                f"the {backend.url.scheme}:// backend cannot hand off {self.key!r}: its leases "
+                "end with the session of the process that took them; release it instead"
+            )
         hold = self._here()
         if hold is None or hold.count != 1:
             raise LockNotOwned(

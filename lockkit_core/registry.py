@@ -27,6 +27,7 @@ _BUILTIN: dict[str, str] = {
     "redis": "lockkit_core.backends.redis:RedisBackend",
     "rediss": "lockkit_core.backends.redis:RedisBackend",
     "unix": "lockkit_core.backends.redis:RedisBackend",
+    "zookeeper": "lockkit_core.backends.zookeeper:ZooKeeperBackend",
 }
 
 

@@ -236,8 +236,12 @@ def test_backends_json() -> None:
     assert memory["installed"] is True
     assert "cross_process" not in memory["capabilities"]
     assert data["file"]["current"] is False
-    assert data["file"]["capabilities"] == ["ttl", "fencing", "fair", "cross_process", "list"]
+    assert data["file"]["capabilities"] == [
+        "ttl", "fencing", "fair", "cross_process", "list", "hand_off"
+    ]
     assert data["redis"]["grade"] == "single-node"
+    assert data["zookeeper"]["grade"] == "consensus"
+    assert "hand_off" not in data["zookeeper"]["capabilities"]
     assert {"cross_process", "cross_host"} <= set(data["redis"]["capabilities"])
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..errors import ConfigError
+from ..errors import ConfigError, NotSupported
 from ..url import LockURL
 
 __all__ = [
@@ -45,6 +45,11 @@ class Capability(enum.Flag):
     CROSS_PROCESS = enum.auto()  #: excludes other processes on the same host
     CROSS_HOST = enum.auto()  #: excludes processes on other hosts
     LIST = enum.auto()  #: the admin layer can list held locks
+    #: a lease outlives the process (and session) that took it, so its owner token can be
+    #: handed to another process (``Lock.hand_off``, Celery's enqueue locks)
+    HAND_OFF = enum.auto()
+    #: read-write locks and counting semaphores (``kit.rwlock()``, ``kit.semaphore()``)
+    SHARED = enum.auto()
 
 
 def capability_names(flags: Capability) -> list[str]:
@@ -219,6 +224,39 @@ class Backend(ABC):
         """True if a blocking caller should get its waiter before its first attempt (a store
         that queues waiters then needs no second attempt to queue it)."""
         return False
+
+    def track(self, hold: Any) -> None:
+        """Called with each new :class:`~lockkit_core.hold.Hold`; a store whose leases hang on
+        a session (ZooKeeper) keeps it to tell the holder when that session is lost."""
+
+    # -- shared locks: read-write locks and semaphores (Capability.SHARED) ---------------------
+
+    def acquire_shared(
+        self, key: str, owner: str, mode: str, limit: int, timeout: float | None
+    ) -> int | None:
+        """Take a place on ``key`` for ``owner``, waiting up to ``timeout`` (None: forever).
+
+        ``mode`` is ``"read"`` (shared with other readers) or ``"write"`` (exclusive) of a
+        read-write lock, or ``"slot"``: one of ``limit`` places of a semaphore. Waiters are
+        served in arrival order. Returns the place's fencing token, None on timeout.
+        """
+        raise NotSupported(
+            f"the {self.url.scheme}:// backend has no read-write locks or semaphores"
+        )
+
+    def release_shared(self, key: str, owner: str, mode: str) -> bool:
+        """Give up ``owner``'s place on ``key``; False if it no longer had one."""
+        raise NotSupported(
+            f"the {self.url.scheme}:// backend has no read-write locks or semaphores"
+        )
+
+    def shared_holders(self, key: str, mode: str, limit: int) -> list[Lease]:
+        """Who holds places on ``key`` now, in arrival order: the readers or the writer of a
+        read-write lock (``mode`` ``"read"`` or ``"write"``), or the first ``limit`` of a
+        semaphore (``"slot"``)."""
+        raise NotSupported(
+            f"the {self.url.scheme}:// backend has no read-write locks or semaphores"
+        )
 
     # -- admin -------------------------------------------------------------------------------
 

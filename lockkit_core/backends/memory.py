@@ -195,7 +195,12 @@ class MemoryBackend(Backend):
 
     schemes: ClassVar[tuple[str, ...]] = ("memory",)
     capabilities: ClassVar[Capability] = (
-        Capability.TTL | Capability.FENCING | Capability.FAIR | Capability.NOTIFY | Capability.LIST
+        Capability.TTL
+        | Capability.FENCING
+        | Capability.FAIR
+        | Capability.NOTIFY
+        | Capability.LIST
+        | Capability.HAND_OFF
     )
     grade: ClassVar[Grade] = Grade.PROCESS
     #: new keys after which expired, unreleased leases are swept (or more, in a larger store)

@@ -1,7 +1,7 @@
 """Test support shipped with lockkit: real servers, a fault-injecting proxy, the contract suite.
 
-``servers``, ``postgres``, ``webservers`` (gunicorn, uvicorn) and ``proxy`` need only the
-standard library; ``contract`` needs pytest.
+``servers``, ``postgres``, ``zookeeper``, ``webservers`` (gunicorn, uvicorn) and ``proxy`` need
+only the standard library; ``contract`` needs pytest.
 """
 
 from .postgres import PostgresServer
@@ -9,6 +9,7 @@ from .proxy import TcpProxy
 from .servers import RedisServer, free_port, redis_ping
 from .taskworkers import TaskWorkers
 from .webservers import Gunicorn, Uvicorn, http_call, raw_http
+from .zookeeper import ZooKeeperEnsemble, ZooKeeperServer
 
 __all__ = [
     "Gunicorn",
@@ -17,6 +18,8 @@ __all__ = [
     "TaskWorkers",
     "TcpProxy",
     "Uvicorn",
+    "ZooKeeperEnsemble",
+    "ZooKeeperServer",
     "free_port",
     "http_call",
     "raw_http",

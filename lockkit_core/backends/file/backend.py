@@ -43,6 +43,7 @@ class FileBackend(Backend):
         | Capability.FAIR
         | Capability.CROSS_PROCESS
         | Capability.LIST
+        | Capability.HAND_OFF
     )
     grade: ClassVar[Grade] = Grade.SINGLE_NODE
 

@@ -42,6 +42,7 @@ class RedisBackend(Backend):
         | Capability.CROSS_PROCESS
         | Capability.CROSS_HOST
         | Capability.LIST
+        | Capability.HAND_OFF
     )
     grade: ClassVar[Grade] = Grade.SINGLE_NODE
     option_types: ClassVar[Mapping[str, type]] = {

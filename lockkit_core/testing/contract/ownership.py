@@ -68,6 +68,7 @@ class OwnershipContract(ContractBase):
     ) -> None:
         kit = make_kit()
         self.require(kit, Capability.CROSS_PROCESS)
+        self.require(kit, Capability.HAND_OFF)
         ctx = multiprocessing.get_context("spawn")
         results = ctx.Queue()
         proc = ctx.Process(

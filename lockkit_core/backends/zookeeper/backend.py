@@ -1,0 +1,362 @@
+"""``ZooKeeperBackend``: lock nodes, the lease on the holder's node, and the admin reads."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import unquote, urlsplit
+
+from ...errors import BackendUnavailable, ConfigError
+from ...url import LockURL
+from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
+from .nodes import NodeData, node_key, node_owner, remaining_ms
+from .session import Session, client_kwargs
+from .shared import SharedPlaces
+from .tree import LockTree, Mine, op
+from .waiter import ZooKeeperWaiter
+
+if TYPE_CHECKING:
+    from ...hold import Hold
+
+__all__ = ["ZooKeeperBackend"]
+
+log = logging.getLogger("lockkit.zookeeper")
+
+
+#: attempts in one try_acquire before it answers "busy" (each follows a change it raced with)
+_ROUNDS = 8
+
+
+class ZooKeeperBackend(Backend):
+    """A ZooKeeper ensemble through one kazoo client (one session) per backend."""
+
+    schemes: ClassVar[tuple[str, ...]] = ("zookeeper",)
+    extra: ClassVar[str | None] = "zookeeper"
+    requires: ClassVar[str | None] = "kazoo"
+    capabilities: ClassVar[Capability] = (
+        Capability.TTL
+        | Capability.FENCING
+        | Capability.FAIR
+        | Capability.NOTIFY
+        | Capability.CROSS_PROCESS
+        | Capability.CROSS_HOST
+        | Capability.LIST
+        | Capability.SHARED
+    )
+    grade: ClassVar[Grade] = Grade.CONSENSUS
+    option_types: ClassVar[Mapping[str, type]] = {
+        "session_timeout": float,
+        "socket_timeout": float,
+        "auth": str,
+        "username": str,
+        "password": str,
+        "sasl_mechanism": str,
+        "acl": str,
+        "use_ssl": bool,
+        "verify_certs": bool,
+        "certfile": str,
+        "keyfile": str,
+        "ca": str,
+    }
+
+    def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
+        super().__init__(url, options)
+        netloc = urlsplit(url.raw).netloc.rpartition("@")[2]
+        if not netloc:
+            raise ConfigError(
+                f"the ZooKeeper URL {url.redacted()!r} names no server; "
+                "use zookeeper://host1:2181,host2:2181/chroot"
+            )
+        for part in netloc.split(","):
+            host, _, port = part.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ConfigError(
+                    f"bad server {part!r} in the ZooKeeper URL {url.redacted()!r}: "
+                    "each must be host:port, e.g. zookeeper://10.0.0.1:2181,10.0.0.2:2181/"
+                )
+        for name in ("session_timeout", "socket_timeout"):
+            if name in self.options and not self.options[name] > 0:
+                raise ConfigError(f"option {name!r} must be a positive number of seconds")
+        chroot = url.path.rstrip("/")
+        if chroot and not chroot.startswith("/"):
+            raise ConfigError(f"the ZooKeeper chroot must start with '/', got {chroot!r}")
+        username = unquote(url.username) if url.username else None
+        kwargs = client_kwargs(netloc, username, url.password, self.options)
+        self.session = Session(kwargs, self.options.get("socket_timeout", 5.0), url.redacted())
+        self.session.on_reconnect = self._sweep
+        self.tree = LockTree(self.session, chroot + "/lockkit/locks")
+        self._nodes: dict[tuple[str, str], Mine] = {}
+        self._queued: dict[tuple[str, str], ZooKeeperWaiter] = {}
+        self._shared = SharedPlaces(self)
+        self._session_timeout = float(kwargs["timeout"])
+
+    def _sweep(self) -> None:
+        self.tree.sweep({mine.path for mine in list(self._nodes.values())})
+
+    # -- our nodes ----------------------------------------------------------------------------
+
+    def _mine(self, key: str, owner: str) -> Mine | None:
+        mine = self._nodes.get((key, owner))
+        if mine is not None and mine.generation != self.session.generation:
+            self._nodes.pop((key, owner), None)  # its session ended: the node is gone
+            return None
+        return mine
+
+    def _find(self, key: str, owner: str) -> tuple[Mine | None, list[str]]:
+        """Our node for ``owner`` (from memory, else by its owner id among the children)."""
+        from kazoo.exceptions import NoNodeError
+
+        children = self.tree.children(key)
+        mine = self._mine(key, owner)
+        if mine is not None:
+            return mine, children
+        oid = owner_id(owner)
+        for child in children:
+            if node_owner(child) == oid:
+                path = f"{self.tree.parent(key)}/{child}"
+                try:
+                    raw, stat = self.tree.call(f"read {path}", op("get_async", path))
+                except NoNodeError:
+                    return None, children
+                return Mine(path, stat.czxid, stat.version,
+                             NodeData.decode(raw).lease_ms > 0, self.session.generation), children
+        return None, children
+
+    # -- locking ------------------------------------------------------------------------------
+
+    def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
+        if self.tree.has_orphans():
+            self._sweep()
+        ms = max(1, int(ttl * 1000))
+        oid = owner_id(owner)
+        waiter = self._queued.get((key, owner))
+        parent = self.tree.parent(key)
+        for _ in range(_ROUNDS):
+            mine = self._mine(key, owner)
+            if mine is not None and waiter is not None and waiter.head_gone():
+                # We were next and the head's node is gone: no node can come before ours, so
+                # we hold the lock now. The claim that stamps our lease is sent, not waited
+                # for: until it lands our node carries no lease and cannot be judged expired.
+                return self._claim_later(key, mine, ms)
+            if mine is None:
+                mine = self.tree.create(key, oid, ms, queueing=waiter is not None)
+                self._nodes[(key, owner)] = mine
+                if mine.first:
+                    return Grant(True, mine.czxid)
+            children = self.tree.children(key)
+            name = mine.path.rpartition("/")[2]
+            if name not in children:
+                self._nodes.pop((key, owner), None)  # deleted: expired, force-released
+                continue
+            ours = [c for c in children if node_owner(c) == oid]
+            if ours[0] != name:
+                # A create whose reply was lost left an older node of ours: keep the older
+                # (its place in the queue), drop the newer, never leave one behind.
+                self.tree.delete(mine.path)
+                self._nodes.pop((key, owner), None)
+                older, _ = self._find(key, owner)
+                if older is not None:
+                    self._nodes[(key, owner)] = older
+                continue
+            for extra in ours[1:]:
+                self.tree.delete(f"{parent}/{extra}")
+            index = children.index(name)
+            if index == 0:
+                return Grant(True, mine.czxid) if mine.claimed else self._claim_later(
+                    key, mine, ms
+                )
+            busy = self._busy(key, owner, mine, waiter, children, index)
+            if busy is not None:
+                return busy
+        return Grant(False)
+
+    def _busy(self, key: str, owner: str, mine: Mine, waiter: ZooKeeperWaiter | None,
+              children: list[str], index: int) -> Grant | None:
+        """The answer for an owner whose node is at ``index`` (> 0) in the queue; None to
+        look again (the queue changed meanwhile)."""
+        from kazoo.exceptions import NoNodeError
+
+        parent = self.tree.parent(key)
+        head = f"{parent}/{children[0]}"
+        if waiter is not None and index > 1:
+            # Further back in the queue: only the node ahead matters (the holder's lease
+            # is the business of the one right behind it).
+            found = self.tree.call(
+                f"watch the queue of {key!r}",
+                op("exists_async", f"{parent}/{children[index - 1]}", waiter.watching(None)),
+            )
+            return None if found is None else Grant(False, retry_after=self._session_timeout)
+        watch = None if waiter is None else waiter.watching(head)
+        try:
+            raw, stat = self.tree.call(f"read the holder of {key!r}", op("get_async", head, watch))
+        except NoNodeError:
+            return None
+        left = remaining_ms(stat.mtime, NodeData.decode(raw).lease_ms, self.tree.server_now())
+        if left is not None and left <= 0:
+            # The holder's lease ran out on the server's clock (it stopped renewing):
+            # remove its node, unless it renewed meanwhile (the version says so).
+            self.tree.delete(head, stat.version)
+            return None
+        retry_after = None if left is None else left / 1000.0
+        if waiter is None:
+            self.tree.delete(mine.path)
+            self._nodes.pop((key, owner), None)
+            return Grant(False, retry_after=retry_after)
+        return Grant(False, retry_after=retry_after or self._session_timeout)
+
+    def _claim_later(self, key: str, mine: Mine, ms: int) -> Grant:
+        """Send the claim of a node known to be first, and answer at once."""
+        client = self.session.client()
+
+        def landed(result: Any) -> None:
+            try:
+                stat = result.get()
+            except Exception as exc:  # the node went (force-released): the holder learns
+                mine.claimed = False  # it at its next renewal or at release
+                log.warning("claiming %s failed: %r", key, exc)
+                return
+            self.tree.saw(stat)
+            mine.version = stat.version
+
+        mine.claimed = True
+        client.set_async(mine.path, NodeData.here(ms).encode(), mine.version).rawlink(landed)
+        return Grant(True, mine.czxid)
+
+    def release(self, key: str, owner: str) -> bool:
+        try:
+            return self._release(key, owner)
+        except BackendUnavailable:
+            # The node may outlive this outage (the session can survive it): delete it as
+            # soon as the connection is back, or it would block the key until its lease ends.
+            self.tree.orphan(key, owner_id(owner))
+            raise
+
+    def _release(self, key: str, owner: str) -> bool:
+        known = self._nodes.get((key, owner))
+        mine = self._mine(key, owner)
+        if known is not None and mine is None:
+            return False  # our node ended with its session: nothing to ask the server
+        if mine is None:
+            mine, _ = self._find(key, owner)
+        if mine is None:
+            return False
+        self._nodes.pop((key, owner), None)
+        done = self.tree.delete(mine.path)
+        self.tree.drop_parent(key)
+        return done and mine.claimed
+
+    def extend(self, key: str, owner: str, ttl: float) -> bool:
+        return self.adopt(key, owner, ttl).acquired
+
+    def adopt(self, key: str, owner: str, ttl: float) -> Grant:
+        from kazoo.exceptions import NoNodeError
+
+        mine = self._mine(key, owner)
+        if mine is None:
+            mine, children = self._find(key, owner)
+            if mine is None or not mine.claimed or not children:
+                return Grant(False)
+            if children[0] != mine.path.rpartition("/")[2]:
+                return Grant(False)
+        data = NodeData.here(max(1, int(ttl * 1000))).encode()
+        path = mine.path
+        try:
+            stat = self.tree.call(f"extend {key!r}", lambda c: c.set_async(path, data))
+        except NoNodeError:
+            self._nodes.pop((key, owner), None)
+            return Grant(False)
+        self.tree.saw(stat)
+        mine.version = stat.version
+        self._nodes[(key, owner)] = mine
+        return Grant(True, mine.czxid)
+
+    def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
+        return ZooKeeperWaiter(self, key, owner)
+
+    def queue_first(self) -> bool:
+        return True  # a free key is still taken in one round trip by a queued caller
+
+    def leave(self, key: str, owner: str, *, reachable: bool) -> None:
+        """Drop ``owner``'s queue node on ``key`` (the waiter gave up)."""
+        mine = self._nodes.pop((key, owner), None)
+        if mine is None:
+            return
+        if not reachable:
+            self.tree.orphan(key, owner_id(owner))
+            return
+        self.tree.delete(mine.path)
+        self.tree.drop_parent(key)
+
+    def acquire_shared(
+        self, key: str, owner: str, mode: str, limit: int, timeout: float | None
+    ) -> int | None:
+        return self._shared.acquire(key, owner, mode, limit, timeout)
+
+    def release_shared(self, key: str, owner: str, mode: str) -> bool:
+        return self._shared.release(key, owner, mode)
+
+    def shared_holders(self, key: str, mode: str, limit: int) -> list[Lease]:
+        return self._shared.holders(key, mode, limit)
+
+    def track(self, hold: Hold) -> None:
+        self.session.track(hold)
+
+    # -- admin --------------------------------------------------------------------------------
+
+    def _lease(self, key: str) -> Lease | None:
+        from kazoo.exceptions import NoNodeError
+
+        children = self.tree.children(key)
+        if not children:
+            return None
+        head = f"{self.tree.parent(key)}/{children[0]}"
+        try:
+            raw, stat = self.tree.call(f"read the holder of {key!r}", lambda c: c.get_async(head))
+        except NoNodeError:
+            return None
+        data = NodeData.decode(raw)
+        left = remaining_ms(stat.mtime, data.lease_ms, self.tree.server_now())
+        if left is not None and left <= 0:
+            return None  # its lease is over: the next contender removes it
+        return Lease(
+            key=key,
+            owner_hint=children[0][:8],  # an owner id starts with its hint
+            token=int(stat.czxid),
+            ttl_remaining=None if left is None else left / 1000.0,
+            holder=data.describe(len(children) - 1),
+        )
+
+    def list(self, prefix: str) -> list[Lease]:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            names = self.tree.call("list locks", op("get_children_async", self.tree.root))
+        except NoNodeError:
+            return []
+        keys = sorted(k for k in map(node_key, names) if k is not None and k.startswith(prefix))
+        leases = [self._lease(k) for k in keys]
+        return [lease for lease in leases if lease is not None]
+
+    def info(self, key: str) -> Lease | None:
+        return self._lease(key)
+
+    def force_release(self, key: str) -> bool:
+        children = self.tree.children(key)
+        if not children:
+            return False
+        done = self.tree.delete(f"{self.tree.parent(key)}/{children[0]}")
+        self.tree.drop_parent(key)
+        return done
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def after_fork_in_child(self) -> None:
+        self.session.forget_after_fork()
+        self._shared.forget_after_fork()
+        self.tree.forget_after_fork()
+        self._nodes = {}
+        self._queued = {}
+
+    def close(self) -> None:
+        self.session.close()

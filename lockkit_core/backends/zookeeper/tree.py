@@ -1,0 +1,209 @@
+"""``LockTree``: the lock nodes of one backend on the server: paths, creates (whose lost
+replies are swept), reads and deletes, and the server's clock as our writes saw it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import BackendError, BackendUnavailable
+from .nodes import NodeData, key_node, node_owner, ordered
+from .session import Session
+
+__all__ = ["LockTree", "Mine", "op"]
+
+#: attempts before giving up on a key whose parent keeps vanishing under our creates
+_ROUNDS = 8
+#: keys remembered as recently contended (their parent exists: create without the transaction)
+_CROWDED = 256
+
+
+def op(method: str, *args: Any, **kwargs: Any) -> Callable[[Any], Any]:
+    """``client.<method>(*args, **kwargs)``, to be sent through ``Session.call``."""
+    return lambda client: getattr(client, method)(*args, **kwargs)
+
+
+@dataclass
+class Mine:
+    """Our node for one (key, owner): its path, fencing token, version, and whether it has
+    claimed the lock (a lease in its data) or only queues."""
+
+    path: str
+    czxid: int
+    version: int
+    claimed: bool
+    generation: int
+    first: bool = False  #: made with the key's parent: nobody can be ahead of it
+
+
+class LockTree:
+    """``<chroot>/lockkit/locks``: one parent per key, one child per contender."""
+
+    def __init__(self, session: Session, root: str) -> None:
+        self.session = session
+        self.root = root
+        self._root_made = False
+        self._crowded: dict[str, None] = {}
+        #: (key, owner id) whose node may be left behind (a lost reply, a waiter that left
+        #: during an outage): deleted when the connection is back
+        self._orphans: set[tuple[str, str]] = set()
+        self._orphans_lock = threading.Lock()
+        # The server's clock as of our last write (ms), and our monotonic time on its reply:
+        # server time now is at least their sum, so a lease is never judged over too early.
+        self._server_ms = 0.0
+        self._server_at = 0.0
+
+    def parent(self, key: str) -> str:
+        """The path of ``key``'s parent node."""
+        return f"{self.root}/{key_node(key)}"
+
+    def call(self, what: str, start: Any) -> Any:
+        """One request through the session (the locks root is made before the first)."""
+        if not self._root_made:
+            self.session.call("create the locks root", lambda c: c.ensure_path_async(self.root))
+            self._root_made = True
+        return self.session.call(what, start)
+
+    def saw(self, stat: Any) -> None:
+        """Note the server time of a write we made (its ``mtime``)."""
+        self._server_ms, self._server_at = float(stat.mtime), time.monotonic()
+
+    def server_now(self) -> float:
+        """The server's clock now (ms), never ahead of it: our last write's ``mtime`` plus
+        the time since its reply came."""
+        if not self._server_at:
+            return time.time() * 1000.0  # no write yet: our clock (admin display only)
+        return self._server_ms + (time.monotonic() - self._server_at) * 1000.0
+
+    def create(self, key: str, oid: str, ms: int, queueing: bool) -> Mine:
+        """Make our node for ``oid``; with the key's parent in the same transaction when the
+        key is free (one round trip, and we are first: the node claims the lock at once)."""
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        parent = self.parent(key)
+        prefix = f"{parent}/{oid}-"
+        generation = self.session.generation
+        claim = NodeData.here(ms).encode()
+        data = NodeData.here(0).encode() if queueing else claim
+        for _ in range(_ROUNDS):
+            if key in self._crowded:
+                # Contended lately: the parent is most likely there, skip the transaction.
+                try:
+                    path, stat = self.creating(
+                        key, oid,
+                        op("create_async", prefix, data, ephemeral=True, sequence=True,
+                            include_data=True),
+                    )
+                except NoNodeError:
+                    self._crowded.pop(key, None)
+                    continue
+                self.saw(stat)
+                return Mine(path, stat.czxid, stat.version, not queueing, generation)
+
+            def multi(c: Any) -> Any:
+                t = c.transaction()  # which, unlike create(), ignores the default ACL
+                t.create(parent, b"", acl=c.default_acl)
+                t.create(prefix, claim, acl=c.default_acl, ephemeral=True, sequence=True)
+                t.set_data(prefix + "0" * 10, claim)  # a fresh parent numbers from 0
+                return t.commit_async()
+
+            results = self.creating(key, oid, multi)
+            if not isinstance(results[0], Exception):
+                stat = results[2]
+                self.saw(stat)
+                return Mine(results[1], stat.czxid, stat.version, True, generation, first=True)
+            if isinstance(results[0], NodeExistsError):
+                self._crowded[key] = None
+                if len(self._crowded) > _CROWDED:
+                    del self._crowded[next(iter(self._crowded))]
+            else:
+                failed = results[0]
+                error = self.session.translate(f"create the lock node of {key!r}", failed)
+                if error is failed:
+                    error = BackendError(f"creating the lock node of {key!r} failed: {failed!r}")
+                raise error from failed
+            try:
+                path, stat = self.creating(
+                    key, oid,
+                    op("create_async", prefix, data, ephemeral=True, sequence=True,
+                        include_data=True),
+                )
+            except NoNodeError:
+                continue  # the empty parent was just removed: make it again
+            self.saw(stat)
+            return Mine(path, stat.czxid, stat.version, not queueing, generation)
+        raise BackendUnavailable(f"the lock node of {key!r} kept vanishing while created")
+
+    def creating(self, key: str, oid: str, start: Any) -> Any:
+        """Send a create; if its answer is lost, the node may exist all the same: leave its
+        owner id for the sweep that runs when the connection is back."""
+        try:
+            return self.call(f"create the lock node of {key!r}", start)
+        except BackendUnavailable:
+            self.orphan(key, oid)
+            raise
+
+    def children(self, key: str) -> list[str]:
+        """The contenders of ``key`` in queue order; ``[]`` for a free key."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            found = self.call(
+                f"list the contenders of {key!r}",
+                lambda c: c.get_children_async(self.parent(key)),
+            )
+        except NoNodeError:
+            return []
+        return ordered(list(found))
+
+    def drop_parent(self, key: str) -> None:
+        """Remove the key's parent if it is empty (a free key costs nothing); not waited for:
+        the server refuses it if anyone queued meanwhile."""
+        client = self.session._client
+        if client is not None and client.connected:
+            client.delete_async(self.parent(key))
+
+    def delete(self, path: str, version: int = -1) -> bool:
+        """Delete ``path`` (if still at ``version``); False if it was gone or had changed."""
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        try:
+            self.call(f"delete {path}", lambda c: c.delete_async(path, version))
+        except (NoNodeError, BadVersionError):
+            return False
+        return True
+
+
+    # -- nodes left behind ----------------------------------------------------------------------
+
+    def orphan(self, key: str, oid: str) -> None:
+        """Remember that ``oid`` may have left a node on ``key`` that nobody will release."""
+        with self._orphans_lock:
+            self._orphans.add((key, oid))
+
+    def has_orphans(self) -> bool:
+        """True while some node may be left behind (see :meth:`sweep`)."""
+        return bool(self._orphans)
+
+    def sweep(self, held: set[str]) -> None:
+        """Delete nodes a lost reply or an outage may have left under our owner ids (but not
+        the ``held`` paths)."""
+        with self._orphans_lock:
+            pending, self._orphans = self._orphans, set()
+        for key, oid in pending:
+            try:
+                for child in self.children(key):
+                    path = f"{self.parent(key)}/{child}"
+                    if node_owner(child) == oid and path not in held:
+                        self.delete(path)
+                self.drop_parent(key)
+            except BackendError:
+                self.orphan(key, oid)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the parent's leftovers are the parent's to sweep."""
+        self._orphans = set()
+        self._orphans_lock = threading.Lock()

@@ -1,0 +1,325 @@
+"""Real faults against a real ZooKeeper: killed and paused holders, a restarted server, a session
+expired on purpose, a create whose reply is lost, a closed kit and a server that is down."""
+
+from __future__ import annotations
+
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from lockkit_core import BackendUnavailable, Lock, LockKit, LockLost
+from lockkit_core.backends.base import owner_id
+from lockkit_core.backends.zookeeper import ZooKeeperBackend
+from lockkit_core.testing import TcpProxy
+from lockkit_core.testing.zookeeper import ZooKeeperServer
+
+pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
+
+HOLDER = Path(__file__).with_name("holder_process.py")
+T = TypeVar("T")
+SESSION = 1.0  # seconds; the test server grants sessions from 0.2 s
+
+
+class Holder:
+    """``holder_process.py`` in a subprocess; the lines it prints are read with a timeout."""
+
+    def __init__(self, url: str, namespace: str, key: str, ttl: float, auto_renew: bool) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HOLDER), url, namespace, key, str(ttl),
+             "1" if auto_renew else "0"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+
+    def expect(self, prefix: str, timeout: float = 15.0) -> str:
+        deadline = time.monotonic() + timeout
+        seen = []
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                line = self.lines.get(timeout=remaining)
+            except queue.Empty:
+                break
+            seen.append(line)
+            if line.startswith(prefix):
+                return line
+        raise AssertionError(f"holder never printed {prefix!r}; saw {seen}")
+
+    def acquired(self) -> int:
+        return int(self.expect("acquired").split()[1])
+
+    def answer(self, command: str) -> str:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        line = self.expect("")
+        while line == "on_lost":
+            line = self.expect("")
+        return line
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+def eventually(func: Callable[[], T], within: float = 10.0) -> T:
+    """``func()``, tried again while the store is unavailable (a client reconnecting)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return func()
+        except BackendUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"zf{uuid.uuid4().hex[:10]}"
+
+
+def _url(server: ZooKeeperServer, session: float = SESSION, socket_timeout: float = 1.0) -> str:
+    return f"{server.url}?session_timeout={session:g}&socket_timeout={socket_timeout:g}"
+
+
+def test_a_killed_holder_frees_the_lock_within_its_session_timeout(
+    zookeeper_server: ZooKeeperServer, namespace: str
+) -> None:
+    url = _url(zookeeper_server)
+    holder = Holder(url, namespace, "job", ttl=60.0, auto_renew=True)
+    try:
+        token = holder.acquired()
+        with LockKit(url, namespace=namespace) as kit:
+            assert kit.lock("job").acquire(blocking=False) is False
+            holder.proc.send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            waiter = kit.lock("job", timeout=SESSION + 5)
+            assert waiter.acquire()
+            took = time.monotonic() - killed
+            assert took < SESSION + 1.0, f"a killed holder blocked the key for {took:.2f} s"
+            assert waiter.token is not None and waiter.token > token
+            waiter.release()
+    finally:
+        holder.close()
+
+
+def test_a_paused_holder_loses_to_a_higher_token_and_learns_it(
+    zookeeper_server: ZooKeeperServer, namespace: str
+) -> None:
+    url = _url(zookeeper_server)
+    holder = Holder(url, namespace, "job", ttl=60.0, auto_renew=True)
+    try:
+        token = holder.acquired()
+        assert holder.answer("check") == "ok"
+        holder.proc.send_signal(signal.SIGSTOP)
+        with LockKit(url, namespace=namespace) as kit:
+            # Its session expires on the server: the key is free again long before the ttl.
+            taker = kit.lock("job", timeout=SESSION + 5)
+            assert taker.acquire()
+            assert taker.token is not None and taker.token > token
+            holder.proc.send_signal(signal.SIGCONT)
+            holder.expect("on_lost", timeout=10)
+            assert holder.answer("check") == "lost"
+            assert holder.answer("release") in {"lost", "notowned"}
+            taker.check()
+            info = kit.admin.info("job")
+            assert info is not None and info.token == taker.token
+            taker.release()
+    finally:
+        holder.close()
+
+
+def test_locks_survive_a_server_restart_and_tokens_keep_rising(
+    zookeeper_server: ZooKeeperServer, namespace: str
+) -> None:
+    # A 10 s session outlives a restart: the session and its nodes are in the server's log.
+    url = _url(zookeeper_server, session=10.0, socket_timeout=2.0)
+    with LockKit(url, namespace=namespace, ttl=30.0) as kit, \
+            LockKit(url, namespace=namespace) as other:
+        lost: list[Lock] = []
+        held = kit.lock("job", on_lost=lost.append)
+        assert held.acquire()
+        before = held.token
+        assert before is not None
+        zookeeper_server.restart()
+        taken = eventually(lambda: other.lock("job").acquire(blocking=False))
+        assert taken is False, "the key was free while its holder's session lived"
+        if lost:  # told, and then it must not claim the lock
+            with pytest.raises(LockLost):
+                held.check()
+            with pytest.raises(LockLost):
+                eventually(held.release)
+        else:
+            held.check()
+            eventually(held.extend)
+            held.release()
+        with other.lock("job", timeout=5) as again:
+            assert again.token is not None and again.token > before
+
+
+def test_an_expired_session_tells_its_holders_and_frees_their_keys(
+    zookeeper_server: ZooKeeperServer, namespace: str
+) -> None:
+    from kazoo.client import KazooClient
+
+    url = _url(zookeeper_server, session=10.0)
+    with LockKit(url, namespace=namespace, ttl=60.0) as kit, \
+            LockKit(url, namespace=namespace) as other:
+        told = threading.Event()
+        held = kit.lock("job", on_lost=lambda lock: told.set())
+        assert held.acquire()
+        assert other.lock("job").acquire(blocking=False) is False
+        backend = kit.backend
+        assert isinstance(backend, ZooKeeperBackend)
+        # Expire the session on purpose: a second client joins it and closes it.
+        session_id, password = backend.session.client().client_id
+        twin = KazooClient(hosts=zookeeper_server.hosts, client_id=(session_id, password))
+        twin.start(5)
+        twin.stop()
+        twin.close()
+        assert told.wait(10), "the holder was not told its session expired"
+        with pytest.raises(LockLost):
+            held.check()
+        assert not held.owned()
+        taker = other.lock("job", timeout=5)
+        assert taker.acquire()
+        assert taker.token is not None and held.token is not None
+        assert taker.token > held.token
+        with pytest.raises(LockLost):
+            held.release()
+        taken = taker.token
+        taker.release()
+
+        def again() -> int | None:  # the kit goes on with a new session
+            with kit.lock("after", timeout=2) as after:
+                return after.token
+
+        token = eventually(again)
+        assert token is not None and token > taken
+
+
+def test_a_retry_after_a_lost_create_reply_finds_its_node(
+    zookeeper_server: ZooKeeperServer, namespace: str
+) -> None:
+    """The create reached the server but its answer did not reach us: the retry of the same
+    owner must use that node, not queue a second one behind it (which would wait forever on
+    its own first node)."""
+    with LockKit(_url(zookeeper_server, session=10.0), namespace=namespace) as kit:
+        backend = kit.backend
+        assert isinstance(backend, ZooKeeperBackend)
+        key, owner = f"{namespace}:job", uuid.uuid4().hex
+        client = backend.session.client()
+        parent = backend.tree.parent(key)
+        client.ensure_path(parent)
+        path, stat = client.create(f"{parent}/{owner_id(owner)}-", b"", ephemeral=True,
+                                   sequence=True, include_data=True)
+        grant = backend.try_acquire(key, owner, 30.0)
+        assert grant.acquired
+        assert grant.token == stat.czxid
+        assert client.get_children(parent) == [path.rpartition("/")[2]]
+        assert backend.release(key, owner)
+        time.sleep(0.2)  # the empty parent's removal is not waited for
+        assert client.exists(parent) is None, "a free key left its parent behind"
+
+
+def test_a_create_whose_reply_times_out_leaves_no_orphan(
+    zookeeper_server: ZooKeeperServer, namespace: str
+) -> None:
+    """A slow link: the create reaches the server, the caller gives up before the answer
+    comes. The node it made must not block the key for the rest of the session."""
+    with TcpProxy("127.0.0.1", zookeeper_server.port) as proxy, \
+            LockKit(f"zookeeper://127.0.0.1:{proxy.port}/?session_timeout=10&socket_timeout=0.3",
+                    namespace=namespace) as slow, \
+            LockKit(_url(zookeeper_server), namespace=namespace) as other:
+        assert slow.admin.info("warm") is None  # connected before the link slows down
+        proxy.set_delay(0.5)
+        with pytest.raises(BackendUnavailable):
+            slow.lock("job").acquire(timeout=0)
+        time.sleep(1.2)  # the create lands; its answer arrives late
+        proxy.set_delay(0.0)
+        info = other.admin.info("job")
+        assert info is not None, "the create should have reached the server"
+        # The slow kit's next request sweeps the node its lost answer left behind.
+        assert slow.lock("other").acquire(timeout=2)
+        assert other.lock("job").acquire(blocking=False) is True
+
+
+def test_acquire_on_a_closed_kit_or_a_dead_server_fails_fast(
+    zookeeper_server: ZooKeeperServer, namespace: str
+) -> None:
+    kit = LockKit(_url(zookeeper_server), namespace=namespace)
+    assert kit.admin.info("x") is None
+    kit.close()
+    start = time.monotonic()
+    with pytest.raises(BackendUnavailable, match="closed"):
+        kit.lock("x").acquire(timeout=5)
+    assert time.monotonic() - start < 0.5
+    with LockKit("zookeeper://127.0.0.1:1/?socket_timeout=0.5", namespace=namespace) as dead:
+        start = time.monotonic()
+        with pytest.raises(BackendUnavailable):
+            dead.lock("x").acquire(timeout=10)
+        assert time.monotonic() - start < 2.0
+
+
+def test_a_paused_server_makes_acquire_fail_within_its_socket_timeout(
+    zookeeper_server: ZooKeeperServer, namespace: str
+) -> None:
+    with LockKit(_url(zookeeper_server, session=4.0, socket_timeout=0.5),
+                 namespace=namespace) as kit:
+        assert kit.lock("warm").acquire()
+        zookeeper_server.pause()
+        try:
+            start = time.monotonic()
+            with pytest.raises(BackendUnavailable):
+                kit.lock("x").acquire(timeout=30)
+            assert time.monotonic() - start < 1.5
+        finally:
+            zookeeper_server.resume()
+
+
+def test_a_holder_cut_off_past_a_third_of_its_session_is_told(
+    zookeeper_server: ZooKeeperServer, namespace: str
+) -> None:
+    """The server stops answering: the session may expire on the server a third of its timeout
+    after kazoo notices, so the holder is told then, long before its 60 s ttl."""
+    session = 3.0
+    with LockKit(_url(zookeeper_server, session=session, socket_timeout=0.5),
+                 namespace=namespace, ttl=60.0) as kit:
+        told = threading.Event()
+        held = kit.lock("job", on_lost=lambda lock: told.set())
+        assert held.acquire()
+        zookeeper_server.pause()
+        paused = time.monotonic()
+        try:
+            # kazoo notices the silence after 2/3 of the session, then a third remains.
+            assert told.wait(session + 2.0), "the holder was not told its session is in doubt"
+            took = time.monotonic() - paused
+            assert took <= session + 1.0
+            with pytest.raises(LockLost):
+                held.check()
+            assert not held.owned()
+        finally:
+            zookeeper_server.resume()
+        # Its release finds the lock lost, or the link still down; either way the node goes
+        # (at once, or by the sweep when the connection is back) and others get the key.
+        with pytest.raises((LockLost, BackendUnavailable)):
+            held.release()
+        with LockKit(_url(zookeeper_server), namespace=namespace) as other:
+            assert eventually(lambda: other.lock("job", timeout=5).acquire())

@@ -1,0 +1,159 @@
+"""Read-write locks and semaphores on a real ZooKeeper: readers share, writers exclude, FIFO
+between them; a semaphore admits at most N and lists its holders."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from lockkit_core import ConfigError, LockKit, LockTimeout, NotSupported
+from lockkit_core.testing.zookeeper import ZooKeeperServer
+
+pytestmark = pytest.mark.zookeeper
+
+
+@pytest.fixture
+def kits(zookeeper_server: ZooKeeperServer) -> Iterator[list[LockKit]]:
+    url = zookeeper_server.url + "?session_timeout=4&socket_timeout=2"
+    namespace = f"zs{uuid.uuid4().hex[:10]}"
+    made = [LockKit(url, namespace=namespace) for _ in range(6)]
+    yield made
+    for kit in made:
+        kit.close()
+
+
+def test_readers_share_and_a_writer_waits_for_them(kits: list[LockKit]) -> None:
+    a, b, w = kits[0], kits[1], kits[2]
+    with a.rwlock("catalog").read(timeout=1) as r1, b.rwlock("catalog").read(timeout=1) as r2:
+        assert r1.token is not None and r2.token is not None and r2.token > r1.token
+        hints = {lease.holder.split(":")[0] for lease in a.rwlock("catalog").holders()
+                 if lease.holder}
+        assert hints == {"reader"}
+        assert len(a.rwlock("catalog").holders()) == 2
+        started = time.monotonic()
+        with pytest.raises(LockTimeout), w.rwlock("catalog").write(timeout=0.2):
+            pass
+        assert 0.2 <= time.monotonic() - started < 0.5
+    with w.rwlock("catalog").write(timeout=1) as writer:
+        assert writer.owned()
+        with pytest.raises(LockTimeout), a.rwlock("catalog").read(timeout=0.1):
+            pass
+        (holder,) = w.rwlock("catalog").holders()
+        assert holder.holder is not None and holder.holder.startswith("writer")
+        assert holder.token == writer.token
+
+
+def test_a_reader_behind_a_waiting_writer_waits_its_turn(kits: list[LockKit]) -> None:
+    first, writer_kit, late = kits[0], kits[1], kits[2]
+    order: list[str] = []
+    first_read = first.rwlock("doc").read(timeout=5)
+    assert first_read.acquire()
+
+    def write() -> None:
+        with writer_kit.rwlock("doc").write(timeout=10):
+            order.append("writer")
+            time.sleep(0.1)
+
+    def read_late() -> None:
+        with late.rwlock("doc").read(timeout=10):
+            order.append("late reader")
+
+    w = threading.Thread(target=write)
+    w.start()
+    time.sleep(0.2)  # the writer queues behind the first reader
+    r = threading.Thread(target=read_late)
+    r.start()
+    time.sleep(0.2)
+    assert order == [], "the late reader must not slip past the queued writer"
+    first_read.release()
+    w.join(10)
+    r.join(10)
+    assert order == ["writer", "late reader"]
+
+
+def test_writers_exclude_each_other_across_kits(kits: list[LockKit]) -> None:
+    inside = 0
+    overlaps = 0
+    count = 0
+    guard = threading.Lock()
+
+    def work(kit: LockKit) -> None:
+        nonlocal inside, overlaps, count
+        for _ in range(15):
+            with kit.rwlock("counter").write(timeout=20):
+                with guard:
+                    inside += 1
+                    overlaps += inside > 1
+                time.sleep(0.001)
+                with guard:
+                    inside -= 1
+                    count += 1
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in kits[:4]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert count == 60 and overlaps == 0
+
+
+def test_a_semaphore_admits_at_most_its_limit_in_arrival_order(kits: list[LockKit]) -> None:
+    limit = 2
+    holding = 0
+    most = 0
+    order: list[int] = []
+    guard = threading.Lock()
+    release = threading.Event()
+    holders = [kits[0].semaphore("exports", limit=limit), kits[1].semaphore("exports", limit=limit)]
+    for sem in holders:
+        assert sem.acquire(timeout=1)
+    listed = kits[5].semaphore("exports", limit=limit).holders()
+    assert [lease.token for lease in listed] == [sem.token for sem in holders]
+    assert kits[2].semaphore("exports", limit=limit).acquire(blocking=False) is False
+
+    def wait_place(i: int) -> None:
+        nonlocal holding, most
+        with kits[2 + i].semaphore("exports", limit=limit, timeout=10):
+            with guard:
+                order.append(i)
+                holding += 1
+                most = max(most, holding)
+            release.wait(10)
+            with guard:
+                holding -= 1
+
+    threads = [threading.Thread(target=wait_place, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+        time.sleep(0.15)  # each queues before the next
+    assert order == []
+    holders[0].release()
+    deadline = time.monotonic() + 5
+    while order != [0] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert order == [0], "one place came free: exactly the first waiter gets it"
+    holders[1].release()
+    while len(order) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert order == [0, 1]
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert order == [0, 1, 2]
+    assert most <= limit
+
+
+def test_bad_arguments_and_backends_without_shared_locks(kits: list[LockKit]) -> None:
+    with pytest.raises(ConfigError, match="limit"):
+        kits[0].semaphore("x", limit=0)
+    with pytest.raises(ConfigError, match="timeout"):
+        kits[0].rwlock("x").read(timeout=-5)
+    with LockKit("memory://") as memory:
+        with pytest.raises(NotSupported, match="zookeeper"):
+            memory.rwlock("x")
+        with pytest.raises(NotSupported):
+            memory.semaphore("x", limit=2)
