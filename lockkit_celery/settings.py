@@ -23,6 +23,7 @@ from celery import Celery
 
 from lockkit_core import ConfigError, LockKit
 from lockkit_core.config import UNSET, LockKitConfig, check_ttl
+from lockkit_core.dedupe import require_hand_off
 
 __all__ = ["DEFAULTS", "ON_DUPLICATE", "TaskOptions", "kit_for", "resolve", "visibility_timeout"]
 
@@ -158,5 +159,11 @@ def kit_for(app: Celery) -> LockKit:
         with _kits_lock:
             kit = _kits.get(app)
             if kit is None:
-                kit = _kits[app] = LockKit(config=store_config(app))
+                kit = LockKit(config=store_config(app))
+                try:
+                    require_hand_off(kit, "app.conf.lockkit_url")
+                except ConfigError:
+                    kit.close()
+                    raise
+                _kits[app] = kit
     return kit

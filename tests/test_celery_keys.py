@@ -106,3 +106,15 @@ def test_the_core_dedupe_module_imports_no_framework() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_store_that_cannot_pass_a_lease_on_is_refused_before_any_task_is_sent() -> None:
+    """ZooKeeper leases end with the session that took them, so the enqueue lock could not
+    travel to the worker: say so when the kit is made, not as NotSupported at enqueue."""
+    from lockkit_celery import kit_for
+
+    app = Celery("zk_tasks", broker="memory://", set_as_current=False)
+    app.conf.lockkit_url = "zookeeper://127.0.0.1:1/"
+    with pytest.raises(ConfigError, match=r"zookeeper://.*hand.*redis://") as caught:
+        kit_for(app)
+    assert "lockkit_url" in str(caught.value)

@@ -155,3 +155,13 @@ def test_keys_and_options_follow_the_celery_rules() -> None:
         opts = tasks.send_sms.lockkit.options()
         assert (opts.ttl, opts.once) == (2.0, 5.0)  # the decorator beats the setting
     assert os.environ.get("DJANGO_SETTINGS_MODULE") == "djproject.settings"
+
+
+def test_a_store_that_cannot_pass_a_lease_on_is_refused_at_enqueue() -> None:
+    from djproject import tasks
+
+    with (
+        override_settings(LOCKKIT={"URL": "zookeeper://127.0.0.1:1/"}),
+        pytest.raises(ConfigError, match=r"zookeeper://.*hand.*LOCKKIT\['URL'\]"),
+    ):
+        tasks.send_sms.enqueue(7)

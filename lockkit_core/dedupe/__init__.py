@@ -13,7 +13,7 @@ same key and leaves the same records whichever framework enqueued it:
 """
 
 from .calls import TaskKey, canonical_json
-from .claims import Claim, claim_key, put_id
+from .claims import Claim, claim_key, put_id, require_hand_off
 from .duplicates import REASONS, count_duplicate, duplicate_counts
 from .errors import TaskLocked
 from .records import (
@@ -48,6 +48,7 @@ __all__ = [
     "id_key",
     "put_id",
     "put_marker",
+    "require_hand_off",
     "run_key",
     "start_run",
     "try_lock",

@@ -14,11 +14,26 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from ..backends.base import Capability
+from ..errors import ConfigError
 from ..kit import LockKit
 from ..lock import Lock
 from .records import done_key, find_done_task_id, find_task_id, id_key
 
-__all__ = ["Claim", "claim_key", "put_id"]
+__all__ = ["Claim", "claim_key", "put_id", "require_hand_off"]
+
+
+def require_hand_off(kit: LockKit, setting: str) -> None:
+    """Refuse a store whose leases cannot pass from the process that enqueues to the worker
+    (:meth:`Lock.hand_off`): ZooKeeper's end with the session that took them. ``setting``
+    names where the user chose the store."""
+    if Capability.HAND_OFF not in kit.backend.capabilities:
+        raise ConfigError(
+            f"{kit.backend.describe()} cannot hand a lease on to another process (its leases "
+            "end with the client session that took them), and task deduplication passes the "
+            f"enqueue lock to the worker that runs the task; set {setting} to a store that can, "
+            "such as redis:// (or file:// when every process runs on one host)"
+        )
 
 
 @dataclass(frozen=True)

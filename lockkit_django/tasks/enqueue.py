@@ -21,7 +21,7 @@ import datetime
 import time
 from typing import Any, Final
 
-from lockkit_core.dedupe import TaskLocked, claim_key, put_id
+from lockkit_core.dedupe import TaskLocked, claim_key, put_id, require_hand_off
 
 from ..conf import lockkit_state
 from ..task_options import TaskOptions
@@ -85,6 +85,7 @@ def enqueue_locked(
 ) -> TaskResult[Any]:
     """Queue the call under its key, or answer with the task that holds the key."""
     kit = lockkit_state().kit
+    require_hand_off(kit, "settings.LOCKKIT['URL']")
     lease = opts.enqueue_ttl + _delay(task)
     claim = claim_key(kit, key, lease, once=opts.once is not None, derived=False, settle=SETTLE)
     if claim.lock is None:
