@@ -82,6 +82,7 @@ class Holder:
             [sys.executable, str(TESTS / "holder_process.py"), url, NAMESPACE, key, "60", "1"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
+        self.notices: list[str] = []
         word, token, _owner = self.read().split()
         assert word == "acquired"
         self.token = int(token)
@@ -91,10 +92,15 @@ class Holder:
         return self.proc.stdout.readline().strip()
 
     def ask(self, command: str) -> str:
+        """The answer to ``command``; ``on_lost`` notices before it are kept in ``notices``."""
         assert self.proc.stdin is not None
         self.proc.stdin.write(command + "\n")
         self.proc.stdin.flush()
-        return self.read()
+        line = self.read()
+        while line == "on_lost":
+            self.notices.append(line)
+            line = self.read()
+        return line
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -153,6 +159,7 @@ def test_staff_release_a_lock_another_process_holds(
     assert browser.find_elements(By.CSS_SELECTOR, "tr.lockkit-lock") == []
     assert lock_store.admin.info("report:nightly") is None
     assert holder.ask("release") in {"lost", "notowned"}  # the holder no longer owns it
+    assert holder.notices == ["on_lost"], "the holder's on_lost ran once"
 
 
 def test_a_user_who_is_not_staff_is_refused(
