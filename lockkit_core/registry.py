@@ -27,6 +27,7 @@ _BUILTIN: dict[str, str] = {
     "redis": "lockkit_core.backends.redis:RedisBackend",
     "rediss": "lockkit_core.backends.redis:RedisBackend",
     "unix": "lockkit_core.backends.redis:RedisBackend",
+    "etcd": "lockkit_core.backends.etcd:EtcdBackend",
 }
 
 

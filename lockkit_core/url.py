@@ -57,8 +57,10 @@ def parse_url(url: str) -> LockURL:
     parts = urlsplit(url)
     if parts.fragment:
         raise ConfigError(f"malformed backend URL {url!r}: a '#fragment' means nothing here")
+    hosts = parts.netloc.rpartition("@")[2]
     try:
-        port = parts.port
+        # Several servers ("h1:2379,h2:2379"): ``host`` keeps the list, the backend splits it.
+        port = None if "," in hosts else parts.port
     except ValueError as exc:
         raise ConfigError(
             f"malformed backend URL {url!r}: the port must be a number from 1 to 65535"
@@ -71,7 +73,7 @@ def parse_url(url: str) -> LockURL:
     return LockURL(
         raw=url,
         scheme=scheme,
-        host=parts.hostname,
+        host=hosts.lower() if "," in hosts else parts.hostname,
         port=port,
         username=unquote(parts.username) if parts.username else None,
         password=unquote(parts.password) if parts.password is not None else None,

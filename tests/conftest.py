@@ -15,6 +15,8 @@ from lockkit_core.backends.file import FileBackend
 from lockkit_core.registry import create_backend
 from lockkit_core.testing import RedisServer
 
+pytest_plugins = ["etcd_fixtures"]
+
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
