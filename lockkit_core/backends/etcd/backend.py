@@ -121,7 +121,7 @@ class EtcdBackend(Backend):
     def grant(self, ttl: float) -> LeaseRef:
         """A new lease that outlasts ``ttl`` by at least ``LEASE_MARGIN`` when it is used."""
         sent = time.monotonic()
-        want = max(1, math.ceil(ttl + 2 * LEASE_MARGIN))
+        want = math.ceil(ttl) + 2
         answer = self.client.call("lease/grant", {"TTL": want}, "grant a lease")
         granted = int(answer["TTL"])
         return LeaseRef(int(answer["ID"]), granted, sent + granted)
@@ -328,21 +328,18 @@ class EtcdBackend(Backend):
         return held, record.lease
 
     def release(self, key: str, owner: str) -> bool:
+        # Revoking our lease deletes the record with it, in one write. Whoever takes the key
+        # over or force-releases it revokes our lease, so a lease that is gone means the
+        # record was no longer ours.
         found = self._mine(key, owner)
         if found is None:
             return False
-        lease_id = found[1]
         self._held.pop((key, owner), None)
-        lkey = lock_key(key)
-        answer = self.client.call(
-            "kv/txn",
-            {"compare": [{"key": b64(lkey), "target": "LEASE", "result": "EQUAL",
-                          "lease": lease_id}],
-             "success": [{"request_delete_range": {"key": b64(lkey)}}]},
-            f"release {key!r}",
-        )
-        self.revoke(lease_id)
-        return bool(answer.get("succeeded"))
+        try:
+            self.client.call("lease/revoke", {"ID": found[1]}, f"release {key!r}")
+        except LeaseNotFound:
+            return False
+        return True
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
         return self.adopt(key, owner, ttl).acquired
