@@ -10,11 +10,11 @@ caller's timeout plus one socket timeout, never a hang and never "busy". Options
 **Stored layout.** The lock on ``<key>`` (namespaced) is the record ``lockkit/l/<key>``, whose
 value is JSON ``{"owner": <owner id>, "ttl": <seconds>, "holder": "<host> pid <pid>"}`` (the
 owner *id* is the SHA-1 of the secret token, ``backends.base.owner_id``; the token itself never
-reaches the store), attached to a lease of the holder's own. ``fair=True`` waiters queue as
+reaches the store), attached to a lease of the holder's own. Waiters queue as
 ``lockkit/q/<sha1 of key>/<owner id>``, each on a short lease. A free key has no record and no
 queue entries: it costs nothing.
 
-**Acquiring** is one transaction: if the record does not exist (and nobody queues fairly
+**Acquiring** is one transaction: if the record does not exist (and nobody queues
 before us) put it under our lease, else read it. The fencing token is the record's create
 revision, strictly increasing across the cluster (also across restarts and leader changes:
 revisions are part of the replicated log). Releasing deletes the record if it is still under
@@ -31,11 +31,14 @@ if that revision is still current (a compare on the mod revision) and revokes th
 so the old holder's next renewal fails and it learns that it lost the lock. No clocks are
 compared between machines.
 
-**Waiting** watches the record (``fair=True``: the queue entry just before ours, by create
-revision) from the revision the last attempt saw, so no release is missed; waiters hold a
-lease granted ahead, so the attempt after a release is one round trip. Leases of failed
-attempts and of waiters that give up are revoked; if the store is unreachable at that moment
-they end by their TTL.
+**Waiting.** Every blocking caller joins the key's queue on its first failed attempt
+(``lockkit/q/...``, ordered by create revision, on a short lease its waiting thread keeps
+alive) and watches only the entry just before its own, or the record once it is first: a
+release wakes one waiter, and waiters are served in the order they asked (``fair=True`` comes
+for free; a non-blocking attempt never overtakes a queued waiter). Watches start from the
+revision the last look saw, so no release is missed; a waiter's lease is granted ahead, so
+the attempt after a release is one round trip. Leases of failed attempts and of waiters that
+give up are revoked; if the store is unreachable at that moment they end by their TTL.
 """
 
 from .backend import EtcdBackend

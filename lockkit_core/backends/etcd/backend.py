@@ -8,6 +8,7 @@ import math
 import os
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -26,7 +27,12 @@ from .layout import (
     queue_entry,
     queue_prefix,
 )
-from .waiter import EtcdWaiter
+from .waiter import QUEUE_TTL, WAIT_SLICE, EtcdWaiter
+
+#: queue entries left in an outage that are remembered for deletion
+STALE_MAX = 100
+#: renew the queue lease when less than this is left of it
+QUEUE_RENEW = 2.0
 
 __all__ = ["EtcdBackend"]
 
@@ -89,6 +95,13 @@ class EtcdBackend(Backend):
         self._held: dict[tuple[str, str], Held] = {}
         self._seen: dict[str, tuple[int, float]] = {}
         self._waiters: dict[tuple[str, str], EtcdWaiter] = {}
+        self._later: list[int] = []  #: leases to revoke with the next release
+        self._later_lock = threading.Lock()
+        self._queue_lease: LeaseRef | None = None
+        self._queue_lock = threading.Lock()
+        self._queue_grant_lock = threading.Lock()
+        #: queue entries of waiters that left during an outage, deleted by the next attempt
+        self._stale_entries: list[str] = []
 
     def _tls_context(self) -> ssl.SSLContext | None:
         files = [self.options.get(name) for name in ("ca_file", "cert_file", "key_file")]
@@ -187,7 +200,6 @@ class EtcdBackend(Backend):
         (``Grant(False)``, None) when the key is free but others queue before us."""
         lkey = lock_key(key)
         queue = queue_prefix(key)
-        fair = waiter is not None and waiter.queued_at is not None
         compare: list[dict[str, Any]] = [
             {"key": b64(lkey), "target": "VERSION", "result": "EQUAL", "version": 0}
         ]
@@ -197,9 +209,16 @@ class EtcdBackend(Backend):
         ]
         failure: list[dict[str, Any]] = [{"request_range": {"key": b64(lkey)}}]
         span = {"key": b64(queue), "range_end": b64(prefix_end(queue))}
-        if fair:
-            assert waiter is not None and waiter.queued_at is not None
-            mine = queue_entry(key, owner_id(owner))
+        mine = queue_entry(key, owner_id(owner))
+        # A waiter joins the queue in its attempt once it has failed one, or at once when
+        # this backend has a queue lease already (it waits often): a free key costs no
+        # queue lease.
+        joining = (
+            waiter is not None
+            and waiter.queued_at is None
+            and (waiter.failed or self._queue_lease is not None)
+        )
+        if waiter is not None and waiter.queued_at is not None:
             # We are first if every queued entry was created no earlier than ours.
             compare.append({**span, "target": "CREATE", "result": "GREATER",
                             "create_revision": waiter.queued_at - 1})
@@ -209,13 +228,35 @@ class EtcdBackend(Backend):
                 **span, "max_create_revision": waiter.queued_at - 1, "sort_order": "DESCEND",
                 "sort_target": "CREATE", "limit": 1, "keys_only": True}})
         else:
-            # Waiters queued with fair=True go first: take the key only when nobody queues.
+            # Queued waiters go first: take the key only when nobody queues.
             compare.append({**span, "target": "VERSION", "result": "EQUAL", "version": 0})
+            if joining:
+                queue_lease = self.queue_lease().id
+                failure.append({"request_put": {"key": b64(mine), "value": "",
+                                                "lease": queue_lease}})
+                failure.append({"request_range": {"key": b64(mine), "keys_only": True}})
+                failure.append({"request_range": {
+                    **span, "sort_order": "DESCEND", "sort_target": "CREATE", "limit": 2,
+                    "keys_only": True}})
+        with self._queue_lock:
+            stale, self._stale_entries = self._stale_entries, []
+        for entry in stale:
+            cleanup = {"request_delete_range": {"key": b64(entry)}}
+            success.append(cleanup)
+            failure.append(cleanup)
         sent = time.monotonic()
-        answer = self.client.call(
-            "kv/txn", {"compare": compare, "success": success, "failure": failure},
-            f"acquire {key!r}",
-        )
+        body = {"compare": compare, "success": success, "failure": failure}
+        try:
+            answer = self.client.call("kv/txn", body, f"acquire {key!r}")
+        except LeaseNotFound:
+            if not joining:
+                raise
+            # The last waiter here gave up and revoked the queue lease meanwhile.
+            with self._queue_lock:
+                self._queue_lease = None
+            queue_lease = self.queue_lease().id
+            failure[1]["request_put"]["lease"] = queue_lease
+            answer = self.client.call("kv/txn", body, f"acquire {key!r}")
         revision = int(answer["header"]["revision"])
         if answer.get("succeeded"):
             self._held[(key, owner)] = Held(lease, ttl)
@@ -224,15 +265,24 @@ class EtcdBackend(Backend):
         ranges = [r.get("response_range", {}) for r in answer.get("responses", [])]
         kvs = ranges[0].get("kvs") or []
         if waiter is not None:
-            waiter.observed(revision, ranges[1:] if fair else None)
+            waiter.failed = True
+            if joining:
+                waiter.joined(revision, b64(mine), ranges[2:], queue_lease)
+            else:
+                waiter.observed(revision, ranges[1:] if len(ranges) > 1 else None)
         if not kvs:
-            return Grant(False, retry_after=None), None  # free, but fair waiters come first
+            # Free, but others queue before us: a queued waiter is woken when the one
+            # before it goes.
+            return Grant(False, retry_after=WAIT_SLICE if waiter is not None else None), None
         record = Record.parse(kvs[0])
         if record.owner == owner_id(owner):
             # Ours already: a retried request whose answer was lost. Renew it, under the
             # lease it has, and keep the token it got.
             held = Held(LeaseRef(record.lease, 0, sent), ttl)
             self._held[(key, owner)] = held
+            if waiter is not None and waiter.queued_at is not None:
+                self.client.call("kv/deleterange", {"key": b64(mine)}, f"leave {key!r}'s queue")
+                waiter.queued_at = None
             if record.lease != lease.id:
                 self.revoke(lease.id)
                 if waiter is not None:
@@ -339,6 +389,9 @@ class EtcdBackend(Backend):
             self.client.call("lease/revoke", {"ID": found[1]}, f"release {key!r}")
         except LeaseNotFound:
             return False
+        finally:
+            if self._later:
+                self._revoke_pending()
         return True
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
@@ -354,13 +407,74 @@ class EtcdBackend(Backend):
         return Grant(False) if token is None else Grant(True, token)
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
-        made = EtcdWaiter(self, key, owner, fair)
-        self._waiters[(key, owner)] = made
+        made = EtcdWaiter(self, key, owner)
+        with self._queue_lock:
+            self._waiters[(key, owner)] = made
         return made
 
-    def forget_waiter(self, key: str, owner: str) -> None:
-        """Called by a waiter as it closes."""
-        self._waiters.pop((key, owner), None)
+    def queue_lease(self) -> LeaseRef:
+        """The short lease this backend's waiters put their queue entries under, granted
+        when first needed and kept alive while anyone here waits (see ``waiter.QUEUE_TTL``)."""
+        with self._queue_grant_lock:  # one lease for every waiter here, granted once
+            lease = self._queue_lease
+            if lease is not None and (lease.left() >= QUEUE_RENEW or self.keep_alive(lease)):
+                return lease
+            lease = self.grant(QUEUE_TTL - 2)
+            with self._queue_lock:
+                self._queue_lease = lease
+            return lease
+
+    def queue_lease_alive(self, lease_id: int) -> bool:
+        """Renew the queue lease if it runs low; False if ``lease_id`` is not it any more
+        (it expired, or an outage dropped it: entries under it are gone)."""
+        with self._queue_lock:
+            lease = self._queue_lease
+        if lease is None or lease.id != lease_id:
+            return False
+        if lease.left() >= QUEUE_RENEW:
+            return True
+        if self.keep_alive(lease):
+            return True
+        with self._queue_lock:
+            if self._queue_lease is lease:
+                self._queue_lease = None
+        return False
+
+    def waiter_closed(self, key: str, owner: str, queued: bool, acquired: bool,
+                      reachable: bool) -> None:
+        """A waiter is done: leave the queue, and revoke the queue lease with the last
+        waiter that gives up (one that got the lock leaves it to the next, or to expire)."""
+        with self._queue_lock:
+            self._waiters.pop((key, owner), None)
+            last = not any(w.queued_at is not None for w in self._waiters.values())
+            lease = self._queue_lease
+            if not reachable or (last and not acquired):
+                self._queue_lease = None  # nobody renews it any more
+        if not reachable:
+            if queued:
+                with self._queue_lock:  # the next attempt here deletes it
+                    self._stale_entries = [
+                        *self._stale_entries[-STALE_MAX + 1 :], queue_entry(key, owner_id(owner))
+                    ]
+            return
+        if last and not acquired and lease is not None:
+            self.revoke(lease.id)  # our entry goes with it
+        elif queued and not acquired:
+            self.client.call(
+                "kv/deleterange", {"key": b64(queue_entry(key, owner_id(owner)))},
+                f"leave {key!r}'s queue",
+            )
+
+    def revoke_later(self, lease_id: int) -> None:
+        """Revoke ``lease_id`` with this backend's next release (or at close)."""
+        with self._later_lock:
+            self._later.append(lease_id)
+
+    def _revoke_pending(self) -> None:
+        with self._later_lock:
+            pending, self._later = self._later, []
+        for lease_id in pending:
+            self.revoke(lease_id)
 
     def queue_first(self) -> bool:
         # The waiter grants the lease its attempts use, so registering first costs nothing.
@@ -419,12 +533,20 @@ class EtcdBackend(Backend):
     # -- lifecycle -------------------------------------------------------------------------------
 
     def after_fork_in_child(self) -> None:
-        # The parent's pooled sockets and waiters are not ours.
+        # The parent's pooled sockets, waiters and pending revocations are not ours.
         self.client = self._new_client()
+        self._later = []
+        self._queue_lease = None
         self._held.clear()
         self._waiters.clear()
 
     def close(self) -> None:
+        try:
+            if self._queue_lease is not None:
+                self.revoke_later(self._queue_lease.id)
+            self._revoke_pending()
+        except BackendError:
+            log.debug("could not revoke spent queue leases; they expire by themselves")
         self.client.close()
 
 

@@ -23,7 +23,7 @@ __all__ = [
 
 #: lock records: ``lockkit/l/<namespaced key>``
 LOCKS = "lockkit/l/"
-#: fair waiters: ``lockkit/q/<sha1 of the namespaced key>/<owner id>``
+#: waiters: ``lockkit/q/<sha1 of the namespaced key>/<owner id>``
 QUEUES = "lockkit/q/"
 
 
@@ -39,7 +39,7 @@ def queue_prefix(key: str) -> str:
 
 
 def queue_entry(key: str, owner_id: str) -> str:
-    """The queue entry of one fair waiter."""
+    """The queue entry of one waiter."""
     return queue_prefix(key) + owner_id
 
 

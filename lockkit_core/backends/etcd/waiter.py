@@ -1,12 +1,19 @@
-"""``EtcdWaiter``: a lease granted ahead of the attempts, a queue entry for ``fair=True``, and
-a watch on the key (or on the fair waiter's predecessor) instead of polling.
+"""``EtcdWaiter``: a lease granted for the attempts, a place in the key's queue, and a watch on
+the waiter just before it (or on the record, for the first in line) instead of polling.
 
-The waiter's lease is the one its attempts put under the record, so when the key frees the
-next attempt is one transaction. A fair waiter's queue entry lives on a short lease of its
-own that the waiting thread keeps alive: a waiter whose process dies leaves the queue within
-that short lease (``QUEUE_TTL``), not within the lock's ttl. Each ``wait()`` watches from the
-revision the last attempt saw, so a delete that came in between is replayed at once, and is
-at most ``WAIT_SLICE`` long, so a watch on a member that went silent costs at most that.
+Every blocking caller queues, ``fair`` or not, in the transaction of the attempt after its
+first failed one (of its first, when this process has waited lately): waiters are served in
+the order they asked, and a release wakes only the first of them, never a herd. Queue
+entries (``lockkit/q/<sha1 of key>/<owner id>``) live on the backend's short queue lease,
+which its waiting threads keep alive, so the entry of a waiter whose process died leaves the
+queue within ``QUEUE_TTL`` s, not within the lock's ttl; the entry of a waiter that left
+during an outage is deleted by the backend's next attempt. The lease the attempts put under
+the record is granted once, so the attempt after a release is one transaction.
+
+Each ``wait()`` opens a watch at the current revision (etcd serves watches that start in the
+past from a loop that runs every 100 ms), then reads the watched key once, so a delete since
+the last look is not slept through; it lasts at most ``WAIT_SLICE``, so a watch on a member
+that went silent costs at most that.
 """
 
 from __future__ import annotations
@@ -14,9 +21,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..base import Grant, Waiter, owner_id
+from ..base import Grant, Waiter
 from .client import b64, unb64
-from .layout import LeaseRef, lock_key, queue_entry
+from .layout import LeaseRef, lock_key
 from .watch import Watch
 
 if TYPE_CHECKING:
@@ -24,8 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = ["QUEUE_TTL", "WAIT_SLICE", "EtcdWaiter"]
 
-#: the lease (seconds) of a fair waiter's queue entry, kept alive while it waits
-QUEUE_TTL = 2
+#: the lease (seconds, about) of a queue entry, kept alive while its waiter waits
+QUEUE_TTL = 3
 #: the longest one wait() watches before the caller asks the store again
 WAIT_SLICE = 1.0
 
@@ -33,20 +40,20 @@ WAIT_SLICE = 1.0
 class EtcdWaiter(Waiter):
     """One caller's registration on one key; see the module docstring."""
 
-    def __init__(self, backend: EtcdBackend, key: str, owner: str, fair: bool) -> None:
+    def __init__(self, backend: EtcdBackend, key: str, owner: str) -> None:
         self._backend = backend
         self._key = key
         self._owner = owner
-        self._fair = fair
         self.lease: LeaseRef | None = None
-        self._queue_lease: LeaseRef | None = None
-        #: the create revision of our queue entry (fair), None when not queued
+        self._queue_lease_id: int | None = None
+        #: the create revision of our queue entry; None while not queued
         self.queued_at: int | None = None
-        self._revision = 0  #: the store's revision as of the last attempt
+        self._revision = 0  #: the revision the record was last seen at
+        self._queue_revision = 0  #: ... and our predecessor
         self._predecessor: str | None = None
+        self._look_again = False
+        self.failed = False  #: an attempt failed: the next one joins the queue
         self._closed = False
-        if fair:
-            self._enqueue()
 
     def lock_lease(self, ttl: float) -> LeaseRef:
         """The lease the next attempt puts under the record, granted on first use."""
@@ -54,62 +61,76 @@ class EtcdWaiter(Waiter):
             self.lease = self._backend.grant(ttl)
         return self.lease
 
-    def _enqueue(self) -> None:
-        backend = self._backend
-        if self._queue_lease is not None:
-            backend.revoke(self._queue_lease.id)
-        self._queue_lease = lease = backend.grant(QUEUE_TTL - 1.0)
-        entry = queue_entry(self._key, owner_id(self._owner))
-        answer = backend.client.call(
-            "kv/put", {"key": b64(entry), "value": b64(""), "lease": lease.id},
-            f"queue for {self._key!r}",
-        )
-        self.queued_at = int(answer["header"]["revision"])
-        self._predecessor = None
-
-    def observed(self, revision: int, fair_ranges: list[dict[str, Any]] | None) -> None:
-        """What a failed attempt saw: the revision, and for a fair waiter its own entry and
-        the entry just before it."""
-        self._revision = revision
-        if fair_ranges is None:
+    def joined(
+        self, revision: int, entry: str, ranges: list[dict[str, Any]], lease_id: int
+    ) -> None:
+        """A failed attempt put our ``entry`` (base64) in the queue under the queue lease
+        ``lease_id`` at ``revision``; ``ranges`` show our entry and the newest two."""
+        mine = ranges[0].get("kvs") or [{}]
+        created = int(mine[0].get("create_revision", revision))
+        self.queued_at = created
+        self._revision = self._queue_revision = revision
+        self._queue_lease_id = lease_id
+        if created != revision:
+            # Our entry was there already (we queued before, under a lease since replaced):
+            # it keeps its place; the next attempt names the entry before it.
+            self._predecessor = None
+            self._look_again = True
             return
-        if not fair_ranges[0].get("kvs"):
+        before = [kv for kv in ranges[1].get("kvs") or [] if kv["key"] != entry]
+        self._predecessor = unb64(before[0]["key"]) if before else None
+
+    def observed(self, revision: int, queue_ranges: list[dict[str, Any]] | None) -> None:
+        """What a failed attempt saw: its revision, and for a queued waiter its entry and
+        the one before it."""
+        self._revision = revision
+        if queue_ranges is None:
+            return
+        if not queue_ranges[0].get("kvs"):
             self.queued_at = None  # our entry expired (we were paused): queue again
             return
-        before = fair_ranges[1].get("kvs") or []
+        before = queue_ranges[1].get("kvs") or []
         self._predecessor = unb64(before[0]["key"]) if before else None
+        self._queue_revision = revision
 
     def wait(self, timeout: float) -> Grant | None:
         timeout = min(timeout, WAIT_SLICE)
         deadline = time.monotonic() + timeout
         backend = self._backend
-        if self._fair and self.queued_at is None:
-            self._enqueue()
-            return None  # try again from our new place
-        queue_lease = self._queue_lease
-        if (
-            queue_lease is not None
-            and queue_lease.left() < QUEUE_TTL / 2
-            and not backend.keep_alive(queue_lease)
-        ):
-            self.queued_at = None
+        if self.queued_at is None or self._queue_lease_id is None or self._look_again:
+            self._look_again = False
+            return None  # the next attempt joins the queue, or finds our predecessor
+        if not backend.queue_lease_alive(self._queue_lease_id):
+            self.queued_at = self._queue_lease_id = None
             return None
-        if timeout <= 0:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
             return None
-        watched = self._predecessor or lock_key(self._key)
-        watch = Watch(backend.client, watched, self._revision + 1, timeout)
+        self._watch(self._predecessor or lock_key(self._key), deadline)
+        return None
+
+    def _watch(self, watched: str, deadline: float) -> None:
+        """Return when ``watched`` is deleted, or at ``deadline``."""
+        backend = self._backend
+        watch = Watch(backend.client, watched, deadline - time.monotonic())
         try:
             if watch.broken:  # no member took the watch: wait as a fallback would
                 time.sleep(max(0.0, min(0.05, deadline - time.monotonic())))
-                return None
+                return
+            # The watch sees deletes after its own revision; one read closes the gap since
+            # our last look: if the key is gone already, there is nothing to wait for.
+            answer = backend.client.call(
+                "kv/range", {"key": b64(watched), "count_only": True},
+                f"look at {self._key!r}",
+            )
+            if not int(answer.get("count", 0)):
+                return
             while True:
                 remaining = deadline - time.monotonic()
                 events = watch.next_events(remaining) if remaining > 0 else []
-                if not events:
-                    return None  # time is up, or the stream ended: ask the store again
-                if any(event.get("type") == "DELETE" for event in events):
-                    return None
-                # A holder renewing (a PUT): keep waiting.
+                if not events or any(event.get("type") == "DELETE" for event in events):
+                    return  # deleted, time is up, or the stream ended: ask the store again
+                # The holder renewing (a PUT): keep waiting.
         finally:
             watch.close()
 
@@ -118,8 +139,9 @@ class EtcdWaiter(Waiter):
             return
         self._closed = True
         backend = self._backend
-        backend.forget_waiter(self._key, self._owner)
-        if self._queue_lease is not None:
-            backend.revoke(self._queue_lease.id, reachable=reachable)
+        # A winning transaction deleted our queue entry already.
+        backend.waiter_closed(
+            self._key, self._owner, self.queued_at is not None, acquired, reachable
+        )
         if not acquired and self.lease is not None:
             backend.revoke(self.lease.id, reachable=reachable)

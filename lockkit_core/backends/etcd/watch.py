@@ -1,7 +1,10 @@
 """``Watch``: one streaming ``POST /v3/watch`` on a connection of its own.
 
 The gateway answers a watch with a never-ending chunked response of JSON lines: first
-``{"result": {"created": true}}``, then one line per batch of events. Every read is bounded
+``{"result": {"created": true}}`` (read before the constructor returns; its revision is
+:attr:`Watch.revision`), then one line per batch of events. Watches start at the current
+revision: etcd serves a watch that starts in the past from a loop that runs every 100 ms,
+which would add up to 100 ms to every hand-over. Every read is bounded
 by a socket timeout, so a member that dies or a link that goes dark never stalls a waiter
 longer than the wait it asked for; a broken or cancelled stream just ends the wait early
 (the caller then asks the store again).
@@ -23,20 +26,13 @@ __all__ = ["Watch"]
 class Watch:
     """Events on ``[key, range_end)`` from ``start_revision`` on, read with timeouts."""
 
-    def __init__(
-        self,
-        client: GatewayClient,
-        key: str,
-        start_revision: int,
-        timeout: float,
-        range_end: str | None = None,
-    ) -> None:
+    def __init__(self, client: GatewayClient, key: str, timeout: float) -> None:
         self._conn: http.client.HTTPConnection | None = None
         self._response: http.client.HTTPResponse | None = None
         self.broken = False
-        request: dict[str, Any] = {"key": b64(key), "start_revision": start_revision}
-        if range_end is not None:
-            request["range_end"] = b64(range_end)
+        #: the revision the watch starts after, once it is created
+        self.revision = 0
+        request: dict[str, Any] = {"key": b64(key)}
         deadline = time.monotonic() + timeout
         for endpoint in client.order():
             remaining = deadline - time.monotonic()
@@ -55,6 +51,9 @@ class Watch:
                 conn.close()
                 continue
             self._conn, self._response = conn, response
+            if self.next_events(deadline - time.monotonic()) is not None and self.revision:
+                return
+            self.close()
             return
         self.broken = True
 
@@ -86,6 +85,9 @@ class Watch:
             if not isinstance(result, dict):
                 self.close()  # an error line: the stream is over
                 return None
+            if result.get("created"):
+                self.revision = int(result.get("header", {}).get("revision", 0))
+                return []
             if result.get("canceled") or result.get("compact_revision"):
                 self.close()  # compacted past our revision: look again
                 return None
