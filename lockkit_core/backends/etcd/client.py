@@ -168,9 +168,13 @@ class GatewayClient:
                 continue
             if _INVALID_AUTH_TOKEN in message and self._credentials is not None:
                 raise _TokenExpired(message)
-            if code in (_UNAUTHENTICATED, _PERMISSION_DENIED) or "auth" in message:
+            if code in (_UNAUTHENTICATED, _PERMISSION_DENIED) or any(
+                words in message for words in ("auth", "user name is empty", "permission")
+            ):
                 raise BackendUnavailable(
-                    f"etcd at {self.describe} refused our credentials to {what}: {message}"
+                    f"etcd at {self.describe} refused our credentials to {what}: {message}; "
+                    "give a user allowed to use the lockkit/ keys and leases as "
+                    "etcd://USER:PASSWORD@host:2379"
                 )
             if "lease not found" in message:
                 raise LeaseNotFound(f"etcd at {self.describe} failed to {what}: {message}")
