@@ -6,7 +6,7 @@ first failed one (of its first, when this process has waited lately): waiters ar
 the order they asked, and a release wakes only the first of them, never a herd. Queue
 entries (``lockkit/q/<sha1 of key>/<owner id>``) live on the backend's short queue lease,
 which its waiting threads keep alive, so the entry of a waiter whose process died leaves the
-queue within ``QUEUE_TTL`` s, not within the lock's ttl; the entry of a waiter that left
+queue within ``queue.QUEUE_TTL`` s, not within the lock's ttl; the entry of a waiter that left
 during an outage is deleted by the backend's next attempt. The lease the attempts put under
 the record is granted once, so the attempt after a release is one transaction.
 
@@ -29,10 +29,8 @@ from .watch import Watch
 if TYPE_CHECKING:
     from .backend import EtcdBackend
 
-__all__ = ["QUEUE_TTL", "WAIT_SLICE", "EtcdWaiter"]
+__all__ = ["WAIT_SLICE", "EtcdWaiter"]
 
-#: the lease (seconds, about) of a queue entry, kept alive while its waiter waits
-QUEUE_TTL = 3
 #: the longest one wait() watches before the caller asks the store again
 WAIT_SLICE = 1.0
 
@@ -58,7 +56,7 @@ class EtcdWaiter(Waiter):
     def lock_lease(self, ttl: float) -> LeaseRef:
         """The lease the next attempt puts under the record, granted on first use."""
         if self.lease is None:
-            self.lease = self._backend.grant(ttl)
+            self.lease = self._backend.leases.grant(ttl)
         return self.lease
 
     def joined(
@@ -100,7 +98,7 @@ class EtcdWaiter(Waiter):
         if self.queued_at is None or self._queue_lease_id is None or self._look_again:
             self._look_again = False
             return None  # the next attempt joins the queue, or finds our predecessor
-        if not backend.queue_lease_alive(self._queue_lease_id):
+        if not backend.queue.alive(self._queue_lease_id):
             self.queued_at = self._queue_lease_id = None
             return None
         remaining = deadline - time.monotonic()
@@ -140,8 +138,8 @@ class EtcdWaiter(Waiter):
         self._closed = True
         backend = self._backend
         # A winning transaction deleted our queue entry already.
-        backend.waiter_closed(
+        backend.queue.closed(
             self._key, self._owner, self.queued_at is not None, acquired, reachable
         )
         if not acquired and self.lease is not None:
-            backend.revoke(self.lease.id, reachable=reachable)
+            backend.leases.revoke(self.lease.id, reachable=reachable)
