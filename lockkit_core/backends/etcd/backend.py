@@ -79,6 +79,7 @@ class EtcdBackend(Backend):
         waiter = self.queue.get(key, owner)
         lease = waiter.lock_lease(ttl) if waiter is not None else self.leases.grant(ttl)
         acquired = False
+        reachable = True
         try:
             for _ in range(2):  # once more after taking over from a holder that stopped
                 if not self.leases.fit(lease, ttl):
@@ -96,9 +97,12 @@ class EtcdBackend(Backend):
                     return Grant(False, retry_after=left)
                 self._take_over(key, record)
             return Grant(False, retry_after=None)
+        except BackendUnavailable:
+            reachable = False  # another round trip would cost the caller another timeout
+            raise
         finally:
             if not acquired and waiter is None:
-                self.leases.revoke(lease.id)
+                self.leases.revoke(lease.id, reachable=reachable)
 
     def _attempt(
         self, key: str, owner: str, ttl: float, lease: LeaseRef, waiter: EtcdWaiter | None
