@@ -28,6 +28,7 @@ _BUILTIN: dict[str, str] = {
     "rediss": "lockkit_core.backends.redis:RedisBackend",
     "unix": "lockkit_core.backends.redis:RedisBackend",
     "zookeeper": "lockkit_core.backends.zookeeper:ZooKeeperBackend",
+    "etcd": "lockkit_core.backends.etcd:EtcdBackend",
 }
 
 

@@ -57,10 +57,10 @@ def parse_url(url: str) -> LockURL:
     parts = urlsplit(url)
     if parts.fragment:
         raise ConfigError(f"malformed backend URL {url!r}: a '#fragment' means nothing here")
-    # Several servers (``h1:2181,h2:2181``): ``host`` keeps the list, each backend splits it.
-    servers = parts.netloc.rpartition("@")[2]
+    hosts = parts.netloc.rpartition("@")[2]
     try:
-        port = None if "," in servers else parts.port
+        # Several servers ("h1:2379,h2:2379"): ``host`` keeps the list, the backend splits it.
+        port = None if "," in hosts else parts.port
     except ValueError as exc:
         raise ConfigError(
             f"malformed backend URL {url!r}: the port must be a number from 1 to 65535"
@@ -73,7 +73,7 @@ def parse_url(url: str) -> LockURL:
     return LockURL(
         raw=url,
         scheme=scheme,
-        host=servers if "," in servers else parts.hostname,
+        host=hosts.lower() if "," in hosts else parts.hostname,
         port=port,
         username=unquote(parts.username) if parts.username else None,
         password=unquote(parts.password) if parts.password is not None else None,

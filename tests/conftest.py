@@ -15,7 +15,13 @@ from lockkit_core.backends.file import FileBackend
 from lockkit_core.registry import create_backend
 from lockkit_core.testing import RedisServer
 
-pytest_plugins = ["djtasks_fixtures", "postgres_fixtures", "web_fixtures", "zookeeper_fixtures"]
+pytest_plugins = [
+    "djtasks_fixtures",
+    "etcd_fixtures",
+    "postgres_fixtures",
+    "web_fixtures",
+    "zookeeper_fixtures",
+]
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,110 @@
+"""What the etcd backend stores: key names, the lock record, and the transactions' parts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .client import b64, unb64
+
+__all__ = [
+    "LOCKS",
+    "Held",
+    "LeaseRef",
+    "Record",
+    "lock_key",
+    "prefix_end",
+    "queue_entry",
+    "queue_prefix",
+]
+
+#: lock records: ``lockkit/l/<namespaced key>``
+LOCKS = "lockkit/l/"
+#: waiters: ``lockkit/q/<sha1 of the namespaced key>/<owner id>``
+QUEUES = "lockkit/q/"
+
+
+def lock_key(key: str) -> str:
+    """The stored key of the lock on ``key`` (already namespaced)."""
+    return LOCKS + key
+
+
+def queue_prefix(key: str) -> str:
+    """The prefix of ``key``'s wait queue: a digest, so no key's queue holds another's."""
+    digest = hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()  # noqa: S324
+    return f"{QUEUES}{digest}/"
+
+
+def queue_entry(key: str, owner_id: str) -> str:
+    """The queue entry of one waiter."""
+    return queue_prefix(key) + owner_id
+
+
+def prefix_end(prefix: str) -> str:
+    """The ``range_end`` that makes a range cover every key starting with ``prefix``."""
+    raw = bytearray(prefix.encode("utf-8", "surrogatepass"))
+    while raw and raw[-1] == 0xFF:
+        raw.pop()
+    if not raw:
+        return "\0"
+    raw[-1] += 1
+    return raw.decode("utf-8", "surrogatepass")
+
+
+@dataclass(frozen=True)
+class Record:
+    """The lock record's value (``owner`` is the owner *id*) and its revisions and lease."""
+
+    owner: str
+    ttl: float
+    holder: str | None
+    create_revision: int
+    mod_revision: int
+    lease: int
+
+    @staticmethod
+    def value(owner_id: str, ttl: float, holder: str) -> str:
+        """The stored value, base64-encoded for a request."""
+        return b64(json.dumps({"owner": owner_id, "ttl": ttl, "holder": holder}))
+
+    @classmethod
+    def parse(cls, kv: dict[str, Any]) -> Record:
+        """From a ``kvs`` entry of a range answer; foreign values read as unknown owners."""
+        try:
+            data = json.loads(unb64(kv.get("value", "")))
+        except ValueError:
+            data = {}
+        if not isinstance(data, dict):
+            data = {}
+        ttl = data.get("ttl")
+        return cls(
+            owner=str(data.get("owner", "")),
+            ttl=float(ttl) if isinstance(ttl, int | float) and ttl > 0 else 30.0,
+            holder=str(data["holder"]) if "holder" in data else None,
+            create_revision=int(kv.get("create_revision", 0)),
+            mod_revision=int(kv.get("mod_revision", 0)),
+            lease=int(kv.get("lease", 0)),
+        )
+
+
+@dataclass
+class LeaseRef:
+    """A lease we granted: its id, granted TTL and when (monotonic) it may end at the soonest."""
+
+    id: int
+    ttl: int
+    until: float
+
+    def left(self, now: float | None = None) -> float:
+        return self.until - (time.monotonic() if now is None else now)
+
+
+@dataclass
+class Held:
+    """What this backend knows of a lock it holds: its lease, and the ttl in the record."""
+
+    lease: LeaseRef
+    ttl: float

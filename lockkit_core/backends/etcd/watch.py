@@ -1,0 +1,105 @@
+"""``Watch``: one streaming ``POST /v3/watch`` on a connection of its own.
+
+The gateway answers a watch with a never-ending chunked response of JSON lines: first
+``{"result": {"created": true}}`` (read before the constructor returns; its revision is
+:attr:`Watch.revision`), then one line per batch of events. Watches start at the current
+revision: etcd serves a watch that starts in the past from a loop that runs every 100 ms,
+which would add up to 100 ms to every hand-over. Every read is bounded
+by a socket timeout, so a member that dies or a link that goes dark never stalls a waiter
+longer than the wait it asked for; a broken or cancelled stream just ends the wait early
+(the caller then asks the store again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import time
+from typing import Any
+
+from .client import GatewayClient, b64
+
+__all__ = ["Watch"]
+
+
+class Watch:
+    """Events on ``[key, range_end)`` from ``start_revision`` on, read with timeouts."""
+
+    def __init__(self, client: GatewayClient, key: str, timeout: float) -> None:
+        self._conn: http.client.HTTPConnection | None = None
+        self._response: http.client.HTTPResponse | None = None
+        self.broken = False
+        #: the revision the watch starts after, once it is created
+        self.revision = 0
+        request: dict[str, Any] = {"key": b64(key)}
+        deadline = time.monotonic() + timeout
+        for endpoint in client.order():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                conn = client.connect(endpoint, min(remaining, client.connect_timeout))
+                conn.request(
+                    "POST", "/v3/watch", json.dumps({"create_request": request}),
+                    client.headers(),
+                )
+                response = conn.getresponse()
+            except (OSError, http.client.HTTPException):
+                continue
+            if response.status != 200:
+                conn.close()
+                continue
+            self._conn, self._response = conn, response
+            if self.next_events(deadline - time.monotonic()) is not None and self.revision:
+                return
+            self.close()
+            return
+        self.broken = True
+
+    def next_events(self, timeout: float) -> list[dict[str, Any]] | None:  # noqa: PLR0911
+        """The next batch of events within ``timeout`` seconds; ``[]`` when the time ran out
+        quietly, ``None`` when the stream ended or broke (the key may have changed)."""
+        deadline = time.monotonic() + timeout
+        while not self.broken:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            assert self._conn is not None and self._response is not None
+            try:
+                if self._conn.sock is not None:
+                    self._conn.sock.settimeout(remaining)
+                line = self._response.readline()
+            except TimeoutError:
+                return []
+            except (OSError, http.client.HTTPException, ValueError):
+                line = b""
+            if not line:
+                self.close()
+                return None
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            result = message.get("result") if isinstance(message, dict) else None
+            if not isinstance(result, dict):
+                self.close()  # an error line: the stream is over
+                return None
+            if result.get("created"):
+                self.revision = int(result.get("header", {}).get("revision", 0))
+                return []
+            if result.get("canceled") or result.get("compact_revision"):
+                self.close()  # compacted past our revision: look again
+                return None
+            events = result.get("events")
+            if events:
+                return list(events)
+        return None
+
+    def close(self) -> None:
+        """Drop the stream (the member cancels the watch when the connection goes)."""
+        self.broken = True
+        if self._conn is not None:
+            with contextlib.suppress(OSError):
+                self._conn.close()
+            self._conn = self._response = None

@@ -1,0 +1,291 @@
+"""Real faults against a real etcd: killed, stopped and restarted holders and servers, lease
+expiry under a holder, a black-holed link, and leases that failed attempts must not leave."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from test_redis_faults import Holder  # the same steered holder process
+
+from lockkit_core import BackendUnavailable, Lock, LockKit, LockLost
+from lockkit_core.backends.base import owner_hint
+from lockkit_core.backends.etcd import EtcdBackend
+from lockkit_core.testing import TcpProxy
+from lockkit_core.testing.etcd import EtcdServer, etcd_request
+
+pytestmark = [pytest.mark.etcd, pytest.mark.slow]
+
+FAST = "?socket_timeout=1&connect_timeout=0.5"
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"fault{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="module")
+def own_server() -> Iterator[EtcdServer]:
+    """An etcd member of this module's own, to restart, pause and count leases on."""
+    with EtcdServer() as server:
+        yield server
+
+
+@pytest.fixture
+def direct(own_server: EtcdServer, namespace: str) -> Iterator[LockKit]:
+    kit = LockKit(own_server.url + FAST, namespace=namespace, ttl=5)
+    yield kit
+    kit.close()
+
+
+class _Lost:
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.calls = 0
+
+    def __call__(self, lock: Lock) -> None:
+        self.calls += 1
+        self.event.set()
+
+
+def _leases(server: EtcdServer) -> set[int]:
+    return set(server.leases())
+
+
+def _settled_leases(server: EtcdServer, expected: set[int], within: float = 1.0) -> set[int]:
+    """The leases on the server once they equal ``expected`` (or after ``within`` seconds)."""
+    deadline = time.monotonic() + within
+    while True:
+        now = _leases(server)
+        if now == expected or time.monotonic() > deadline:
+            return now
+        time.sleep(0.02)
+
+
+# -- holder processes ------------------------------------------------------------------------
+
+
+def test_sigkilled_holder_frees_the_key_within_its_ttl(
+    own_server: EtcdServer, direct: LockKit, namespace: str
+) -> None:
+    holder = Holder(own_server.url + FAST, namespace, "job", ttl=1.0, auto_renew=True)
+    try:
+        token, _ = holder.acquired()
+        assert direct.lock("job").acquire(blocking=False) is False
+        holder.signal(signal.SIGKILL)
+        killed = time.monotonic()
+        holder.proc.wait(5)
+        taker = direct.lock("job", timeout=3)
+        assert taker.acquire() is True
+        waited = time.monotonic() - killed
+        assert waited <= 1.0 + 1.0, f"the key was free only {waited:.3f} s after the kill"
+        assert taker.token is not None and taker.token > token
+        taker.release()
+    finally:
+        holder.close()
+
+
+def test_sigstopped_holder_loses_the_lock_and_finds_out_on_resume(
+    own_server: EtcdServer, direct: LockKit, namespace: str
+) -> None:
+    holder = Holder(own_server.url + FAST, namespace, "job", ttl=1.0, auto_renew=True)
+    try:
+        token, owner = holder.acquired()
+        holder.signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        taker = direct.lock("job", timeout=3)
+        assert taker.acquire() is True, "the stopped holder's lease never ran out"
+        waited = time.monotonic() - stopped
+        assert waited <= 1.0 + 1.0, f"took {waited:.3f} s to take over a 1 s lease"
+        assert taker.token is not None and taker.token > token
+        holder.signal(signal.SIGCONT)
+        assert holder.answer("check") == "lost", holder.seen
+        assert holder.answer("release") == "lost", holder.seen
+        if "on_lost" not in holder.seen:
+            holder.expect("on_lost", timeout=2)
+        # The resumed holder neither renewed nor released the new owner's lock.
+        info = direct.admin.info("job")
+        assert info is not None and info.token == taker.token
+        assert info.owner_hint != owner_hint(owner)
+        taker.release()
+    finally:
+        holder.close()
+
+
+# -- leases ----------------------------------------------------------------------------------
+
+
+def test_lease_expiry_while_held_gives_lock_lost(
+    own_server: EtcdServer, namespace: str
+) -> None:
+    """The holder is cut off from etcd (a black-holed link) until its lease has expired on
+    the server too: it is told before anyone else could take over, and the record is gone."""
+    with TcpProxy("127.0.0.1", own_server.port()) as proxy:
+        far = LockKit(proxy.url_for("etcd", None, socket_timeout=0.3, connect_timeout=0.3),
+                      namespace=namespace)
+        lost = _Lost()
+        try:
+            held = far.lock("exp", ttl=1.0, auto_renew=True, on_lost=lost)
+            assert held.acquire()
+            backend = far.backend
+            assert isinstance(backend, EtcdBackend)
+            lease_id = backend._held[(held.full_key, held.owner or "")].lease.id
+            proxy.partition()
+            cut = time.monotonic()
+            assert lost.event.wait(1.0 + 0.5), "the cut-off holder was never told"
+            assert time.monotonic() - cut <= 1.0 + 0.1
+            with pytest.raises(LockLost):
+                held.check()
+            # The server lets the lease expire by itself (nobody revokes it from here).
+            deadline = time.monotonic() + 10
+            while lease_id in own_server.leases():
+                assert time.monotonic() < deadline, "the lease never expired on the server"
+                time.sleep(0.1)
+            with LockKit(own_server.url + FAST, namespace=namespace) as near:
+                assert near.admin.info("exp") is None
+            proxy.heal()
+            with pytest.raises(LockLost):
+                held.release()
+        finally:
+            far.close()
+
+
+def test_revoked_lease_under_a_holder_gives_lock_lost(
+    own_server: EtcdServer, direct: LockKit
+) -> None:
+    lost = _Lost()
+    held = direct.lock("rv", ttl=0.6, auto_renew=True, on_lost=lost)
+    assert held.acquire()
+    backend = direct.backend
+    assert isinstance(backend, EtcdBackend)
+    lease_id = backend._held[(held.full_key, held.owner or "")].lease.id
+    etcd_request(own_server.port(), "lease/revoke", {"ID": lease_id})
+    assert lost.event.wait(1.0), "the watchdog's renewal did not find the lease gone"
+    with pytest.raises(LockLost):
+        held.check()
+    with pytest.raises(LockLost):
+        held.release()
+    assert direct.admin.info("rv") is None
+
+
+def test_failed_attempts_and_timeouts_leave_no_leases(
+    own_server: EtcdServer, direct: LockKit, namespace: str
+) -> None:
+    before = _leases(own_server)
+    holder = direct.lock("busy", ttl=5)
+    assert holder.acquire()
+    with_holder = _leases(own_server)
+    assert len(with_holder - before) == 1
+    with LockKit(own_server.url + FAST, namespace=namespace) as other:
+        for _ in range(5):
+            assert other.lock("busy").acquire(blocking=False) is False
+            assert other.lock("busy", timeout=0.1).acquire() is False
+            assert other.lock("busy", fair=True, timeout=0.1).acquire() is False
+        with other.lock("free") as free:  # a grant, then its release
+            assert free.owned()
+    assert _settled_leases(own_server, with_holder) == with_holder
+    holder.release()
+    assert _settled_leases(own_server, before) == before
+
+
+# -- the server restarts, stops, hangs -------------------------------------------------------
+
+
+def test_server_restart_while_held_keeps_the_lock_and_the_tokens_rising(
+    own_server: EtcdServer, namespace: str
+) -> None:
+    """etcd keeps its data across a restart: a holder whose lease outlives the outage keeps
+    its lock, nobody else gets it meanwhile, and later tokens are higher."""
+    kit = LockKit(own_server.url + FAST, namespace=namespace)
+    other = LockKit(own_server.url + FAST, namespace=namespace)
+    lost = _Lost()
+    try:
+        held = kit.lock("r", ttl=6.0, auto_renew=True, on_lost=lost)
+        assert held.acquire()
+        token = held.token
+        assert token is not None
+        own_server.restart()
+        held.check()
+        assert other.lock("r").acquire(blocking=False) is False
+        held.extend()
+        held.release()
+        assert not lost.calls
+        with other.lock("r", timeout=2) as again:
+            assert again.token is not None and again.token > token
+    finally:
+        kit.close()
+        other.close()
+
+
+def test_stopped_server_raises_backend_unavailable_quickly(namespace: str) -> None:
+    with EtcdServer() as server:
+        kit = LockKit(server.url + FAST, namespace=namespace, ttl=5)
+        try:
+            with kit.lock("warm"):
+                pass  # the pool now holds a connection that the stop will break
+            server.stop()
+            attempts: list[Callable[[], bool]] = [
+                lambda: kit.lock("k").acquire(blocking=False),
+                lambda: kit.lock("k", timeout=0.5).acquire(),
+                lambda: kit.lock("k").acquire(),  # waits forever for the lock, not the server
+            ]
+            for attempt in attempts:
+                start = time.monotonic()
+                with pytest.raises(BackendUnavailable) as caught:
+                    attempt()
+                assert time.monotonic() - start < 1.0 + 0.5
+                assert str(server.port()) in str(caught.value)
+            server.start()
+            with kit.lock("k", timeout=2) as held:
+                assert held.owned()
+        finally:
+            kit.close()
+
+
+def test_black_holed_link_raises_within_timeout_plus_socket_timeout(
+    own_server: EtcdServer, direct: LockKit, namespace: str
+) -> None:
+    """A waiter whose link goes dark mid-wait, and callers on a dark link: each raises
+    BackendUnavailable within its timeout plus one socket timeout; none returns False."""
+    with TcpProxy("127.0.0.1", own_server.port()) as proxy:
+        far = LockKit(proxy.url_for("etcd", None, socket_timeout=0.5, connect_timeout=0.5),
+                      namespace=namespace, ttl=5)
+        try:
+            holder = direct.lock("dark")
+            assert holder.acquire()
+            outcome: list[object] = []
+
+            def wait_for_it() -> None:
+                start = time.monotonic()
+                try:
+                    outcome.append(far.lock("dark", timeout=3).acquire())
+                except BackendUnavailable as exc:
+                    outcome.append(exc)
+                outcome.append(time.monotonic() - start)
+
+            waiter = threading.Thread(target=wait_for_it)
+            waiter.start()
+            time.sleep(0.3)
+            proxy.partition()
+            waiter.join(3 + 0.5 + 1.5)
+            assert not waiter.is_alive(), "the waiter hung on a dark link"
+            assert isinstance(outcome[0], BackendUnavailable), outcome
+            assert isinstance(outcome[1], float) and outcome[1] <= 3 + 0.5 + 0.3
+            for attempt in (
+                lambda: far.lock("dark").acquire(blocking=False),
+                lambda: far.lock("dark", timeout=0.4).acquire(),
+            ):
+                start = time.monotonic()
+                with pytest.raises(BackendUnavailable):
+                    attempt()
+                assert time.monotonic() - start <= 0.4 + 0.5 + 0.3
+            proxy.heal()
+            holder.release()
+            with far.lock("dark", timeout=2) as held:
+                assert held.owned()
+        finally:
+            far.close()
