@@ -19,6 +19,8 @@ Framework adapters subclass these, so ``except LockKitError`` catches everything
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "BackendError",
     "BackendNotInstalled",
@@ -36,6 +38,18 @@ __all__ = [
 
 class LockKitError(Exception):
     """Root of every error lockkit raises."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Subclasses take other arguments than ``args``; rebuild without calling __init__,
+        # so Celery's result backends and multiprocessing can pickle every one of them.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[LockKitError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class ConfigError(LockKitError, ValueError):

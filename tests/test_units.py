@@ -148,3 +148,30 @@ class TestParseUrl:
     def test_non_string(self) -> None:
         with pytest.raises(ConfigError, match="must be a string"):
             parse_url(6379)  # type: ignore[arg-type]
+
+
+def test_every_lockkit_error_survives_pickling() -> None:
+    """Celery's result backends and multiprocessing pickle exceptions: each comes back whole."""
+    import pickle
+
+    from lockkit_core.dedupe import TaskLocked
+    from lockkit_core.errors import BackendNotInstalled, LockLost, LockTimeout
+    from lockkit_django.problems import IdempotencyStoreDown, LockStoreDown, RequestLocked
+    from lockkit_flask.errors import RouteLocked
+
+    errors: list[Exception] = [
+        LockTimeout("order:7", "order:7 stayed busy for 5 s"),
+        LockLost("order:7", "its lease ran out"),
+        BackendNotInstalled("redis", "redis", "redis"),
+        TaskLocked("task:sms", "abc-123", "sms(7) is already queued as abc-123"),
+        RequestLocked("order:7", 3),
+        LockStoreDown("order:7", 2),
+        IdempotencyStoreDown("the cache", 1),
+        RouteLocked("order:7", "/pay", 4),
+    ]
+    for error in errors:
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error)
+        assert str(back) == str(error)
+        assert back.__dict__ == error.__dict__
+        assert getattr(back, "key", None) == getattr(error, "key", None)
