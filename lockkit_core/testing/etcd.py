@@ -17,9 +17,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
+from .process import Closing, stop_process
 from .servers import _die_with_parent_prefix, free_port
 
 __all__ = ["EtcdCluster", "EtcdServer", "etcd_request", "find_etcd"]
@@ -84,7 +84,7 @@ class _Member:
         return f"http://{_LOOPBACK}:{self.client_port}"
 
 
-class EtcdCluster:
+class EtcdCluster(Closing):
     """``size`` etcd members on loopback forming one cluster.
 
     ``url`` names every member (``etcd://127.0.0.1:P1,127.0.0.1:P2,...``). ``kill(i)``,
@@ -195,15 +195,7 @@ class EtcdCluster:
         proc = m.proc
         if proc is None:
             return
-        if proc.poll() is None:
-            if m.paused:
-                proc.send_signal(signal.SIGCONT)
-            proc.send_signal(sig)
-            try:
-                proc.wait(wait)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(wait)
+        stop_process(proc, sig, wait, paused=m.paused)
         m.proc = None
         m.paused = False
 
@@ -251,17 +243,6 @@ class EtcdCluster:
         for index in range(len(self.members)):
             self._signal(index, signal.SIGKILL)
         self._tmp.cleanup()
-
-    def __enter__(self) -> EtcdCluster:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.url}>"

@@ -23,8 +23,8 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
+from .process import Closing, stop_process
 from .servers import _die_with_parent_prefix, free_port
 
 __all__ = ["PostgresServer", "find_postgres_bin", "postgres_ready"]
@@ -84,7 +84,7 @@ def postgres_ready(
         return False
 
 
-class PostgresServer:
+class PostgresServer(Closing):
     """A PostgreSQL server of its own: ``with PostgresServer() as pg: pg.port, pg.user``.
 
     The superuser is ``user`` (default ``lockkit``), trusted without a password from loopback
@@ -223,13 +223,7 @@ class PostgresServer:
         proc = self._proc
         if proc is None:
             return
-        if proc.poll() is None:
-            proc.send_signal(sig)
-            try:
-                proc.wait(wait)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(wait)
+        stop_process(proc, sig, wait)
         self._proc = None
 
     def stop(self) -> None:
@@ -256,17 +250,6 @@ class PostgresServer:
     def url(self) -> str:
         """``postgresql://user@127.0.0.1:PORT/postgres``."""
         return f"postgresql://{self.user}@{self.host}:{self.port}/{self.database}"
-
-    def __enter__(self) -> PostgresServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "running" if self.running() else "stopped"

@@ -24,8 +24,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from types import TracebackType
 from urllib.parse import urlencode
+
+from .process import Closing
 
 __all__ = ["TcpProxy"]
 
@@ -77,7 +78,7 @@ class _Connection:
         return self.client, self.server
 
 
-class TcpProxy:
+class TcpProxy(Closing):
     """Forward 127.0.0.1:``port`` to ``target_host:target_port``, with faults on demand."""
 
     def __init__(
@@ -173,17 +174,6 @@ class TcpProxy:
             self._closed.set()
             self._wake()
         self._thread.join(5.0)
-
-    def __enter__(self) -> TcpProxy:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<TcpProxy 127.0.0.1:{self.port} -> {self.target[0]}:{self.target[1]}>"

@@ -18,7 +18,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
+
+from .process import Closing, stop_process
 
 __all__ = ["RedisServer", "build_clock_shifter", "free_port", "redis_ping"]
 
@@ -124,7 +125,7 @@ def build_clock_shifter() -> str:
     return str(out)
 
 
-class RedisServer:
+class RedisServer(Closing):
     """A throwaway ``redis-server`` on a free loopback port.
 
     ``with RedisServer() as server: LockKit(server.url)``. ``kill()`` sends SIGKILL,
@@ -276,15 +277,7 @@ class RedisServer:
         proc = self._proc
         if proc is None:
             return
-        if proc.poll() is None:
-            if self._paused:
-                proc.send_signal(signal.SIGCONT)
-            proc.send_signal(sig)
-            try:
-                proc.wait(wait)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(wait)
+        stop_process(proc, sig, wait, paused=self._paused)
         self._proc = None
         self._paused = False
 
@@ -319,17 +312,6 @@ class RedisServer:
         """Stop the server and remove its directory."""
         self.stop()
         self._tmp.cleanup()
-
-    def __enter__(self) -> RedisServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "running" if self.running() else "stopped"

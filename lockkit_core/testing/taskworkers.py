@@ -13,12 +13,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from types import TracebackType
+
+from .process import Closing
 
 __all__ = ["TaskWorkers"]
 
 
-class TaskWorkers:
+class TaskWorkers(Closing):
     """``count`` db_worker processes on the project that ``env`` names, logs in ``log_dir``."""
 
     def __init__(
@@ -68,14 +69,3 @@ class TaskWorkers:
                 proc.kill()
                 proc.wait(timeout=5)
         self.procs.clear()
-
-    def __enter__(self) -> TaskWorkers:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -23,8 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
+from .process import Closing
 from .servers import free_port
 
 __all__ = ["Gunicorn", "Uvicorn", "WebServer", "http_call", "raw_http"]
@@ -62,7 +62,7 @@ def raw_http(port: int, request: bytes, *, timeout: float = 60.0) -> bytes:
     return b"".join(chunks)
 
 
-class WebServer:
+class WebServer(Closing):
     """A server process on ``self.port``; see :class:`Gunicorn` and :class:`Uvicorn`."""
 
     name = "server"
@@ -116,17 +116,6 @@ class WebServer:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
-
-    def __enter__(self) -> WebServer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class Gunicorn(WebServer):

@@ -18,8 +18,8 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
+from .process import Closing, stop_process
 from .servers import _die_with_parent_prefix, free_port
 
 __all__ = ["ZooKeeperEnsemble", "ZooKeeperServer", "find_zookeeper_classpath", "four_letter"]
@@ -143,15 +143,7 @@ class _Member:
         proc = self.proc
         if proc is None:
             return
-        if proc.poll() is None:
-            if self.paused:
-                proc.send_signal(signal.SIGCONT)
-            proc.send_signal(sig)
-            try:
-                proc.wait(wait)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(wait)
+        stop_process(proc, sig, wait, paused=self.paused)
         self.proc = None
         self.paused = False
 
@@ -163,7 +155,7 @@ class _Member:
         return "\n".join(text.splitlines()[-20:])
 
 
-class ZooKeeperEnsemble:
+class ZooKeeperEnsemble(Closing):
     """``size`` ZooKeeper members on loopback (1: a standalone server).
 
     ``hosts`` is the connect string, ``url`` the ``zookeeper://`` URL. ``leader()`` names the
@@ -271,17 +263,6 @@ class ZooKeeperEnsemble:
         for member in self.members:
             member.signal(signal.SIGTERM)
         self._tmp.cleanup()
-
-    def __enter__(self) -> ZooKeeperEnsemble:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.hosts}>"

@@ -1,0 +1,44 @@
+"""What every test server here shares: stopping its process, and ``with`` support."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from types import TracebackType
+from typing import Any, Self
+
+__all__ = ["Closing", "stop_process"]
+
+
+def stop_process(
+    proc: subprocess.Popen[Any], sig: signal.Signals, wait: float, *, paused: bool = False
+) -> None:
+    """Send ``sig`` (after SIGCONT if the process was ``paused``) and wait ``wait`` seconds for
+    it to exit; SIGKILL it if it lingers. A process that already exited is only reaped."""
+    if proc.poll() is None:
+        if paused:
+            proc.send_signal(signal.SIGCONT)
+        proc.send_signal(sig)
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(wait)
+
+
+class Closing:
+    """``with Server() as server: ...`` calls ``close()`` on the way out."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
