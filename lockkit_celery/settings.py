@@ -16,7 +16,6 @@ import math
 import threading
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 from celery import Celery
@@ -24,6 +23,7 @@ from celery import Celery
 from lockkit_core import ConfigError, LockKit
 from lockkit_core.config import UNSET, LockKitConfig, check_ttl
 from lockkit_core.dedupe import require_hand_off
+from lockkit_core.dedupe.options import TaskOptions
 
 __all__ = ["DEFAULTS", "ON_DUPLICATE", "TaskOptions", "kit_for", "resolve", "visibility_timeout"]
 
@@ -43,19 +43,6 @@ DEFAULTS: Final[Mapping[str, Any]] = {
 #: Celery's own default for the Redis and SQS brokers.
 DEFAULT_VISIBILITY_TIMEOUT: Final = 3600.0
 
-
-@dataclass(frozen=True)
-class TaskOptions:
-    """The lock options of one task call, decided."""
-
-    enabled: bool
-    ttl: float
-    on_duplicate: str
-    enqueue_lock: bool
-    once: float | None
-    wait: float
-    enqueue_ttl: float
-    remember: float
 
 
 def _flag(name: str, value: Any) -> bool:

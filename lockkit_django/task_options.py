@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 from lockkit_core import ConfigError
 from lockkit_core.config import UNSET, check_ttl
+from lockkit_core.dedupe.options import TaskOptions
 
 __all__ = ["DEFAULTS", "ON_DUPLICATE", "TaskOptions", "check_option", "decide", "parse_tasks"]
 
@@ -32,19 +32,6 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "remember": 86400.0,
 }
 
-
-@dataclass(frozen=True)
-class TaskOptions:
-    """The lock options of one task, decided."""
-
-    enabled: bool
-    ttl: float
-    on_duplicate: str
-    enqueue_lock: bool
-    once: float | None
-    wait: float
-    enqueue_ttl: float
-    remember: float
 
 
 def check_option(name: str, value: Any, where: str | None = None) -> Any:

@@ -16,6 +16,7 @@ from .calls import TaskKey, canonical_json
 from .claims import Claim, claim_key, put_id, require_hand_off
 from .duplicates import REASONS, count_duplicate, duplicate_counts
 from .errors import TaskLocked
+from .options import TaskOptions
 from .records import (
     derived_task_id,
     done_key,
@@ -36,6 +37,7 @@ __all__ = [
     "RunOptions",
     "TaskKey",
     "TaskLocked",
+    "TaskOptions",
     "canonical_json",
     "claim_key",
     "count_duplicate",
