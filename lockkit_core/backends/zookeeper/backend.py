@@ -179,19 +179,29 @@ class ZooKeeperBackend(Backend):
 
         parent = self.tree.parent(key)
         head = f"{parent}/{children[0]}"
-        if waiter is not None and index > 1:
-            # Further back in the queue: only the node ahead matters (the holder's lease
-            # is the business of the one right behind it).
-            found = self.tree.call(
+        if waiter is None:
+            try:
+                raw, stat = self.tree.call(f"read the holder of {key!r}", op("get_async", head))
+            except NoNodeError:
+                return None
+        else:
+            # Watch the node just ahead of us, for its deletion (a child watch) and for its
+            # claim (a data watch): see waiter.py. One round trip for both.
+            ahead = f"{parent}/{children[index - 1]}"
+            wake = waiter.watching(ahead, holds=index == 1)
+            got, listed = self.tree.call_all(
                 f"watch the queue of {key!r}",
-                op("exists_async", f"{parent}/{children[index - 1]}", waiter.watching(None)),
+                op("get_async", ahead, wake),
+                op("get_children_async", ahead, wake),
             )
-            return None if found is None else Grant(False, retry_after=self._session_timeout)
-        watch = None if waiter is None else waiter.watching(head)
-        try:
-            raw, stat = self.tree.call(f"read the holder of {key!r}", op("get_async", head, watch))
-        except NoNodeError:
-            return None
+            if isinstance(got, NoNodeError) or isinstance(listed, NoNodeError):
+                return None
+            raw, stat = got
+            waiter.saw(ahead, NodeData.decode(raw).term_ms)
+            if index > 1:
+                # Further back in the queue: only the node ahead matters (the holder's lease
+                # is the business of the one right behind it).
+                return Grant(False, retry_after=self._session_timeout)
         left = remaining_ms(stat.mtime, NodeData.decode(raw).lease_ms, self.tree.server_now())
         if left is not None and left <= 0:
             # The holder's lease ran out on the server's clock (it stopped renewing):

@@ -62,10 +62,18 @@ class LockTree:
 
     def call(self, what: str, start: Any) -> Any:
         """One request through the session (the locks root is made before the first)."""
+        self._make_root()
+        return self.session.call(what, start)
+
+    def call_all(self, what: str, *starts: Any) -> list[Any]:
+        """Several requests sent at once (see ``Session.call_all``)."""
+        self._make_root()
+        return self.session.call_all(what, *starts)
+
+    def _make_root(self) -> None:
         if not self._root_made:
             self.session.call("create the locks root", lambda c: c.ensure_path_async(self.root))
             self._root_made = True
-        return self.session.call(what, start)
 
     def saw(self, stat: Any) -> None:
         """Note the server time of a write we made (its ``mtime``)."""
@@ -87,7 +95,7 @@ class LockTree:
         prefix = f"{parent}/{oid}-"
         generation = self.session.generation
         claim = NodeData.here(ms).encode()
-        data = NodeData.here(0).encode() if queueing else claim
+        data = NodeData.here(0, wants_ms=ms).encode() if queueing else claim
         for _ in range(_ROUNDS):
             if key in self._crowded:
                 # Contended lately: the parent is most likely there, skip the transaction.
