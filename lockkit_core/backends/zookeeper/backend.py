@@ -139,12 +139,13 @@ class ZooKeeperBackend(Backend):
                 # we hold the lock now. The claim that stamps our lease is sent, not waited
                 # for: until it lands our node carries no lease and cannot be judged expired.
                 return self._claim_later(key, mine, ms)
+            listed = None
             if mine is None:
-                mine = self.tree.create(key, oid, ms, queueing=waiter is not None)
+                mine, listed = self.tree.create(key, oid, ms, queueing=waiter is not None)
                 self._nodes[(key, owner)] = mine
                 if mine.first:
                     return Grant(True, mine.czxid)
-            children = self.tree.children(key)
+            children = self.tree.children(key) if listed is None else listed
             name = mine.path.rpartition("/")[2]
             if name not in children:
                 self._nodes.pop((key, owner), None)  # deleted: expired, force-released
