@@ -8,9 +8,14 @@ last contender leaves, so a free key costs nothing. Node data is JSON: the lease
 queued), host, pid, thread and the time of the claim, which ``lockkit list``/``info`` show.
 
 **Waiting.** A blocking caller keeps its node in the queue and watches only the node just ahead
-of it: a release wakes one waiter, which lists the children and, first now, claims the lock by
-writing its lease into its node (two round trips after the release). Order is arrival order, so
-``fair=True`` costs nothing; ``fair=False`` is FIFO as well.
+of it, for its deletion (a child watch: an ephemeral node has no children) and for its claim (a
+data watch: a lock node's data changes only when it claims or renews). So a waiter knows when
+the node ahead holds the lock, and when that node is deleted it is first: it holds the lock on
+the notice, and claims it by writing its lease into its node without waiting for the reply (no
+round trip after the release's notice). The claim fires the data watch of the waiter behind,
+which only notes it; nobody else is woken. Order is arrival order, so ``fair=True`` costs
+nothing; ``fair=False`` is FIFO as well. A queueing create lists the contenders in the same
+round trip; a release on a contended key lists them (a read) before removing the parent.
 
 **Fencing token.** The holder node's ``czxid``: zxids rise across the whole ensemble, across
 restarts and when the key's parent is removed and made again (the sequence suffix would restart
