@@ -217,22 +217,31 @@ class ZooKeeperBackend(Backend):
         return Grant(False, retry_after=retry_after or self._session_timeout)
 
     def _claim_later(self, key: str, mine: Mine, ms: int) -> Grant:
-        """Send the claim of a node known to be first, and answer at once."""
+        """Send the claim of a node known to be first, and answer at once.
+
+        Its reply is read when the node is next used (:meth:`_settle`), not by a callback:
+        a callback would take kazoo's completion thread, and with it the GIL, just as the
+        holder sends its release, delaying the release's notice to the next waiter."""
         client = self.session.client()
-
-        def landed(result: Any) -> None:
-            try:
-                stat = result.get()
-            except Exception as exc:  # the node went (force-released): the holder learns
-                mine.claimed = False  # it at its next renewal or at release
-                log.warning("claiming %s failed: %r", key, exc)
-                return
-            self.tree.saw(stat)
-            mine.version = stat.version
-
         mine.claimed = True
-        client.set_async(mine.path, NodeData.here(ms).encode(), mine.version).rawlink(landed)
+        mine.claim = client.set_async(mine.path, NodeData.here(ms).encode(), mine.version)
         return Grant(True, mine.czxid)
+
+    def _settle(self, key: str, mine: Mine) -> None:
+        """Take in the reply to ``mine``'s claim if it has come: the node's new version and
+        the server's clock; a claim that failed (the node went: force-released) is no claim."""
+        claim = mine.claim
+        if claim is None or not claim.ready():
+            return  # still on its way: a later request on the node is answered after it
+        mine.claim = None
+        try:
+            stat = claim.get(timeout=0)
+        except Exception as exc:
+            mine.claimed = False
+            log.warning("claiming %s failed: %r", key, exc)
+            return
+        self.tree.saw(stat)
+        mine.version = stat.version
 
     def release(self, key: str, owner: str) -> bool:
         try:
@@ -255,6 +264,7 @@ class ZooKeeperBackend(Backend):
         self._nodes.pop((key, owner), None)
         done = self.tree.delete(mine.path)
         self.tree.drop_parent(key)
+        self._settle(key, mine)  # answered before the delete: a failed claim means no node
         return done and mine.claimed
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
@@ -277,6 +287,7 @@ class ZooKeeperBackend(Backend):
         except NoNodeError:
             self._nodes.pop((key, owner), None)
             return Grant(False)
+        self._settle(key, mine)  # answered before this one
         self.tree.saw(stat)
         mine.version = stat.version
         self._nodes[(key, owner)] = mine

@@ -37,6 +37,7 @@ class Mine:
     claimed: bool
     generation: int
     first: bool = False  #: made with the key's parent: nobody can be ahead of it
+    claim: Any = None  #: the claim's reply while it has not been read (kazoo's async result)
 
 
 class LockTree:
