@@ -20,7 +20,7 @@ import pytest
 
 from lockkit_core import Lock, LockKit
 from lockkit_core.backends.zookeeper import ZooKeeperBackend
-from lockkit_core.testing.zookeeper import ZooKeeperServer
+from lockkit_core.testing.zookeeper import ZooKeeperServer, four_letter
 
 pytestmark = pytest.mark.zookeeper
 
@@ -63,6 +63,16 @@ def _queued(kit: LockKit, key: str) -> int:
     return len(backend.tree.children(f"{kit.namespace}:{key}"))
 
 
+def _watches_set(server: ZooKeeperServer, kit: LockKit, key: str) -> None:
+    """Wait until every node but the last in ``key``'s queue is watched (by the one behind)."""
+    backend = kit.backend
+    assert isinstance(backend, ZooKeeperBackend)
+    full = f"{kit.namespace}:{key}"
+    parent = backend.tree.parent(full)
+    ahead = {f"{parent}/{name}" for name in backend.tree.children(full)[:-1]}
+    _until(lambda: ahead <= set(four_letter(server.port, "wchp").split()))
+
+
 def _until(check: Callable[[], bool], within: float = 10.0) -> None:
     deadline = time.monotonic() + within
     while not check():
@@ -98,7 +108,7 @@ class _Contender:
 
 
 def test_a_release_hands_off_with_one_request_and_wakes_nobody_else(
-    kits: list[LockKit],
+    kits: list[LockKit], zookeeper_server: ZooKeeperServer
 ) -> None:
     holder, first_kit, second_kit = kits
     held = holder.lock("relay")
@@ -107,7 +117,7 @@ def test_a_release_hands_off_with_one_request_and_wakes_nobody_else(
     _until(lambda: _queued(holder, "relay") == 2)
     second = _Contender(second_kit.lock("relay"))
     _until(lambda: _queued(holder, "relay") == 3)
-    time.sleep(0.3)  # the second waiter's watches are set after its node shows up
+    _watches_set(zookeeper_server, holder, "relay")
     by_first, by_second = _count_requests(first_kit), _count_requests(second_kit)
     try:
         held.release()
@@ -126,7 +136,7 @@ def test_a_release_hands_off_with_one_request_and_wakes_nobody_else(
 
 
 def test_a_holder_that_stops_renewing_is_removed_when_its_lease_ends(
-    kits: list[LockKit],
+    kits: list[LockKit], zookeeper_server: ZooKeeperServer
 ) -> None:
     # The third contender queues behind a waiter; that waiter then takes the lock with a
     # 0.6 s lease and never renews it. The third learns of the claim from its watch alone,
@@ -145,7 +155,7 @@ def test_a_holder_that_stops_renewing_is_removed_when_its_lease_ends(
     _until(lambda: _queued(holder, "stale") == 2)
     third = _Contender(third_kit.lock("stale"))
     _until(lambda: _queued(holder, "stale") == 3)
-    time.sleep(0.3)
+    _watches_set(zookeeper_server, holder, "stale")
     try:
         held.release()
         assert got.wait(10)
