@@ -1,7 +1,8 @@
 """zookeeper:// hand-off on a real server: what a release costs the waiters.
 
-The next waiter holds the lock on the release's notice with one request (its claim, not waited
-for); the waiter behind it is not woken by that claim and sends nothing; and a waiter that
+The next waiter holds the lock on the release's notice without a request (its claim follows a
+moment later, or goes with its release); the waiter behind it is not woken by that claim and
+sends nothing; and a waiter that
 learns of the new holder's claim that way still removes a holder that stops renewing when its
 lease runs out, not at its own session-timeout fallback. Requests are counted on each kit's
 real client (a counter around its calls), the server is real.
@@ -107,7 +108,7 @@ class _Contender:
         assert not self.errors, self.errors[0]
 
 
-def test_a_release_hands_off_with_one_request_and_wakes_nobody_else(
+def test_a_release_hands_off_with_no_request_and_wakes_nobody_else(
     kits: list[LockKit], zookeeper_server: ZooKeeperServer
 ) -> None:
     holder, first_kit, second_kit = kits
@@ -122,14 +123,44 @@ def test_a_release_hands_off_with_one_request_and_wakes_nobody_else(
     try:
         held.release()
         assert first.holding.wait(10)
+        assert not by_first, f"the next waiter asked the server before holding: {by_first}"
         time.sleep(0.3)  # the first's claim reaches the server and fires the second's watch
         assert by_first == Counter(set_async=1), "the next waiter asked the server again"
         assert not by_second, f"the claim ahead woke the waiter behind it: {by_second}"
         assert not second.holding.is_set()
-        by_second.clear()
         first.go.set()
         assert second.holding.wait(10)
+        assert not by_second, f"the last waiter asked the server before holding: {by_second}"
+        time.sleep(0.3)
         assert by_second == Counter(set_async=1)
+    finally:
+        first.finish()
+        second.finish()
+
+
+def test_a_release_before_the_claim_claims_and_deletes_in_one_write(
+    kits: list[LockKit], zookeeper_server: ZooKeeperServer
+) -> None:
+    # The first waiter releases before its claim is sent: the release stamps and deletes its
+    # node in one transaction, and the waiter behind (which queued behind a waiter, so only
+    # that stamp tells it the node ahead held the lock) takes over on the notice alone.
+    holder, first_kit, second_kit = kits
+    held = holder.lock("quick")
+    assert held.acquire()
+    first = _Contender(first_kit.lock("quick"))
+    _until(lambda: _queued(holder, "quick") == 2)
+    second = _Contender(second_kit.lock("quick"))
+    _until(lambda: _queued(holder, "quick") == 3)
+    _watches_set(zookeeper_server, holder, "quick")
+    by_first, by_second = _count_requests(first_kit), _count_requests(second_kit)
+    try:
+        first.go.set()  # it releases as soon as it holds
+        held.release()
+        assert second.holding.wait(10)
+        # One write: the transaction (then, maybe, a read to see if the key is free).
+        assert by_first["transaction"] == 1, by_first
+        assert not by_first["set_async"] and not by_first["delete_async"], by_first
+        assert not by_second, f"the last waiter asked the server before holding: {by_second}"
     finally:
         first.finish()
         second.finish()

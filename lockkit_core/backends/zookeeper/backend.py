@@ -10,6 +10,7 @@ from urllib.parse import unquote, urlsplit
 from ...errors import BackendUnavailable, ConfigError
 from ...url import LockURL
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
+from .claims import UNSENT, Claims, claim_delay
 from .nodes import NodeData, node_key, node_owner, remaining_ms
 from .session import Session, client_kwargs
 from .shared import SharedPlaces
@@ -89,6 +90,7 @@ class ZooKeeperBackend(Backend):
         self._nodes: dict[tuple[str, str], Mine] = {}
         self._queued: dict[tuple[str, str], ZooKeeperWaiter] = {}
         self._shared = SharedPlaces(self)
+        self._claims = Claims(self._send_claim)
         self._session_timeout = float(kwargs["timeout"])
 
     def _sweep(self) -> None:
@@ -119,8 +121,10 @@ class ZooKeeperBackend(Backend):
                     raw, stat = self.tree.call(f"read {path}", op("get_async", path))
                 except NoNodeError:
                     return None, children
-                return Mine(path, stat.czxid, stat.version,
-                             NodeData.decode(raw).lease_ms > 0, self.session.generation), children
+                # The head holds the lock, claimed or not yet (see claims.py).
+                claimed = NodeData.decode(raw).lease_ms > 0 or child == children[0]
+                return Mine(path, stat.czxid, stat.version, claimed,
+                            self.session.generation), children
         return None, children
 
     # -- locking ------------------------------------------------------------------------------
@@ -217,21 +221,31 @@ class ZooKeeperBackend(Backend):
         return Grant(False, retry_after=retry_after or self._session_timeout)
 
     def _claim_later(self, key: str, mine: Mine, ms: int) -> Grant:
-        """Send the claim of a node known to be first, and answer at once.
-
-        Its reply is read when the node is next used (:meth:`_settle`), not by a callback:
-        a callback would take kazoo's completion thread, and with it the GIL, just as the
-        holder sends its release, delaying the release's notice to the next waiter."""
-        client = self.session.client()
+        """Hold the lock with a node known to be first, and answer at once; its claim is sent
+        a moment later, or with the release if that comes first (see claims.py)."""
         mine.claimed = True
-        mine.claim = client.set_async(mine.path, NodeData.here(ms).encode(), mine.version)
+        mine.claim = UNSENT
+        mine.lease_ms = ms
+        self._claims.later(mine, claim_delay(ms))
         return Grant(True, mine.czxid)
+
+    def _send_claim(self, mine: Mine) -> None:
+        """The claims thread: stamp ``mine``'s lease unless it was released or renewed."""
+        client = self.session._client
+        with self._claims.lock:
+            if mine.claim is not UNSENT or mine.generation != self.session.generation:
+                return
+            if client is None or not client.connected:
+                self._claims.later(mine, claim_delay(mine.lease_ms))  # try again
+                return
+            data = NodeData.here(mine.lease_ms).encode()
+            mine.claim = client.set_async(mine.path, data, mine.version)
 
     def _settle(self, key: str, mine: Mine) -> None:
         """Take in the reply to ``mine``'s claim if it has come: the node's new version and
         the server's clock; a claim that failed (the node went: force-released) is no claim."""
         claim = mine.claim
-        if claim is None or not claim.ready():
+        if claim is None or claim is UNSENT or not claim.ready():
             return  # still on its way: a later request on the node is answered after it
         mine.claim = None
         try:
@@ -262,7 +276,16 @@ class ZooKeeperBackend(Backend):
         if mine is None:
             return False
         self._nodes.pop((key, owner), None)
-        done = self.tree.delete(mine.path)
+        with self._claims.lock:
+            unsent = mine.claim is UNSENT
+            if unsent:
+                mine.claim = None
+        if unsent:
+            # Released before its claim was sent: claim and delete in one write, so the
+            # waiter behind, which may not know we held the lock, learns it from the claim.
+            done = self.tree.claim_and_delete(mine.path, NodeData.here(mine.lease_ms).encode())
+        else:
+            done = self.tree.delete(mine.path)
         self.tree.drop_parent(key)
         self._settle(key, mine)  # answered before the delete: a failed claim means no node
         return done and mine.claimed
@@ -282,6 +305,9 @@ class ZooKeeperBackend(Backend):
                 return Grant(False)
         data = NodeData.here(max(1, int(ttl * 1000))).encode()
         path = mine.path
+        with self._claims.lock:
+            if mine.claim is UNSENT:
+                mine.claim = None  # this renewal is the claim
         try:
             stat = self.tree.call(f"extend {key!r}", lambda c: c.set_async(path, data))
         except NoNodeError:
@@ -377,6 +403,7 @@ class ZooKeeperBackend(Backend):
         self.session.forget_after_fork()
         self._shared.forget_after_fork()
         self.tree.forget_after_fork()
+        self._claims.forget_after_fork()
         self._nodes = {}
         self._queued = {}
 

@@ -37,7 +37,9 @@ class Mine:
     claimed: bool
     generation: int
     first: bool = False  #: made with the key's parent: nobody can be ahead of it
-    claim: Any = None  #: the claim's reply while it has not been read (kazoo's async result)
+    #: the claim's reply while it has not been read (kazoo's async result), or UNSENT
+    claim: Any = None
+    lease_ms: int = 0  #: the lease the claim stamps
 
 
 class LockTree:
@@ -225,6 +227,18 @@ class LockTree:
             return False
         return True
 
+    def claim_and_delete(self, path: str, data: bytes) -> bool:
+        """Stamp ``path`` with ``data`` and delete it in one transaction (its watchers see the
+        change, then the deletion); False if it was gone."""
+
+        def multi(c: Any) -> Any:
+            t = c.transaction()
+            t.set_data(path, data)
+            t.delete(path)
+            return t.commit_async()
+
+        results = self.call(f"delete {path}", multi)
+        return not isinstance(results[0], Exception)
 
     # -- nodes left behind ----------------------------------------------------------------------
 
