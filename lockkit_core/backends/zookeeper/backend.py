@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote, urlsplit
@@ -21,9 +20,6 @@ if TYPE_CHECKING:
     from ...hold import Hold
 
 __all__ = ["ZooKeeperBackend"]
-
-log = logging.getLogger("lockkit.zookeeper")
-
 
 #: attempts in one try_acquire before it answers "busy" (each follows a change it raced with)
 _ROUNDS = 8
@@ -90,7 +86,7 @@ class ZooKeeperBackend(Backend):
         self._nodes: dict[tuple[str, str], Mine] = {}
         self._queued: dict[tuple[str, str], ZooKeeperWaiter] = {}
         self._shared = SharedPlaces(self)
-        self._claims = Claims(self._send_claim)
+        self._claims = Claims(self.session, self.tree)
         self._session_timeout = float(kwargs["timeout"])
 
     def _sweep(self) -> None:
@@ -229,34 +225,6 @@ class ZooKeeperBackend(Backend):
         self._claims.later(mine, claim_delay(ms))
         return Grant(True, mine.czxid)
 
-    def _send_claim(self, mine: Mine) -> None:
-        """The claims thread: stamp ``mine``'s lease unless it was released or renewed."""
-        client = self.session._client
-        with self._claims.lock:
-            if mine.claim is not UNSENT or mine.generation != self.session.generation:
-                return
-            if client is None or not client.connected:
-                self._claims.later(mine, claim_delay(mine.lease_ms))  # try again
-                return
-            data = NodeData.here(mine.lease_ms).encode()
-            mine.claim = client.set_async(mine.path, data, mine.version)
-
-    def _settle(self, key: str, mine: Mine) -> None:
-        """Take in the reply to ``mine``'s claim if it has come: the node's new version and
-        the server's clock; a claim that failed (the node went: force-released) is no claim."""
-        claim = mine.claim
-        if claim is None or claim is UNSENT or not claim.ready():
-            return  # still on its way: a later request on the node is answered after it
-        mine.claim = None
-        try:
-            stat = claim.get(timeout=0)
-        except Exception as exc:
-            mine.claimed = False
-            log.warning("claiming %s failed: %r", key, exc)
-            return
-        self.tree.saw(stat)
-        mine.version = stat.version
-
     def release(self, key: str, owner: str) -> bool:
         try:
             return self._release(key, owner)
@@ -287,7 +255,7 @@ class ZooKeeperBackend(Backend):
         else:
             done = self.tree.delete(mine.path)
         self.tree.drop_parent(key)
-        self._settle(key, mine)  # answered before the delete: a failed claim means no node
+        self._claims.settle(key, mine)  # answered before the delete: a failed claim means no node
         return done and mine.claimed
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
@@ -313,7 +281,7 @@ class ZooKeeperBackend(Backend):
         except NoNodeError:
             self._nodes.pop((key, owner), None)
             return Grant(False)
-        self._settle(key, mine)  # answered before this one
+        self._claims.settle(key, mine)  # answered before this one
         self.tree.saw(stat)
         mine.version = stat.version
         self._nodes[(key, owner)] = mine

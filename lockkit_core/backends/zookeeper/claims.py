@@ -17,9 +17,11 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from typing import Any
 
-from .tree import Mine
+from .nodes import NodeData
+from .session import Session
+from .tree import LockTree, Mine
 
 __all__ = ["UNSENT", "Claims", "claim_delay"]
 
@@ -39,10 +41,11 @@ def claim_delay(lease_ms: int) -> float:
 
 class Claims:
     """A heap of claims due, served by one daemon thread started on demand (it exits after
-    30 s with nothing to do). ``send(mine)`` sends one, if it is still unsent."""
+    30 s with nothing to do), and the replies to claims sent."""
 
-    def __init__(self, send: Callable[[Mine], None]) -> None:
-        self._send = send
+    def __init__(self, session: Session, tree: LockTree) -> None:
+        self._session = session
+        self._tree = tree
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, Mine]] = []
         self._seq = itertools.count()
@@ -62,6 +65,37 @@ class Claims:
                 self._thread.start()
             elif self._heap[0] is entry:
                 self._cond.notify()
+
+    def _send(self, mine: Mine) -> None:
+        """Stamp ``mine``'s lease unless it was released or renewed meanwhile."""
+        client: Any = self._session._client
+        with self.lock:
+            if mine.claim is not UNSENT or mine.generation != self._session.generation:
+                return
+            if client is None:
+                return  # the kit was closed: the node went with its session
+            if not client.connected:
+                # Until the connection is back (or the session ends: the generation says so).
+                self.later(mine, claim_delay(mine.lease_ms))
+                return
+            data = NodeData.here(mine.lease_ms).encode()
+            mine.claim = client.set_async(mine.path, data, mine.version)
+
+    def settle(self, key: str, mine: Mine) -> None:
+        """Take in the reply to ``mine``'s claim if it has come: the node's new version and
+        the server's clock; a claim that failed (the node went: force-released) is no claim."""
+        claim = mine.claim
+        if claim is None or claim is UNSENT or not claim.ready():
+            return  # still on its way: a later request on the node is answered after it
+        mine.claim = None
+        try:
+            stat = claim.get(timeout=0)
+        except Exception as exc:
+            mine.claimed = False
+            log.warning("claiming %s failed: %r", key, exc)
+            return
+        self._tree.saw(stat)
+        mine.version = stat.version
 
     def _run(self) -> None:
         while True:
