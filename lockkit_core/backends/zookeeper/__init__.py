@@ -11,8 +11,10 @@ queued), host, pid, thread and the time of the claim, which ``lockkit list``/``i
 of it, for its deletion (a child watch: an ephemeral node has no children) and for its claim (a
 data watch: a lock node's data changes only when it claims or renews). So a waiter knows when
 the node ahead holds the lock, and when that node is deleted it is first: it holds the lock on
-the notice, and claims it by writing its lease into its node without waiting for the reply (no
-round trip after the release's notice). The claim fires the data watch of the waiter behind,
+the notice, with no request (no round trip after the release's notice). Its claim, which writes
+its lease into its node, is sent 20 ms later (at most a tenth of the ttl), or, if it releases
+first, in one transaction with the delete (see ``claims.py``): a short critical section costs
+two writes, its create and its release. The claim fires the data watch of the waiter behind,
 which only notes it; nobody else is woken. Order is arrival order, so ``fair=True`` costs
 nothing; ``fair=False`` is FIFO as well. A queueing create lists the contenders in the same
 round trip; a release on a contended key lists them (a read) before removing the parent.
@@ -29,7 +31,8 @@ last write) removes that node with a version check, so a holder that renewed mea
 it. ``auto_renew`` renews the lease; liveness is the session's. Exclusion by ttl therefore
 trusts the leader's wall clock not to jump forward by more than the lease's drift margin;
 exclusion by session does not depend on clocks. A node that only queues carries no lease and is
-bound to its session alone.
+bound to its session alone, and so is a holder for the moment before its claim is sent: a
+holder that stops renewing is removed at most that moment (20 ms) after its lease ends.
 
 **Lost replies.** A create whose reply was lost may have made a node anyway. Node names carry
 the owner id, so the next attempt of the same owner finds it and keeps the older one (its place
