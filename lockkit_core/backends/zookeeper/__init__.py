@@ -8,9 +8,16 @@ last contender leaves, so a free key costs nothing. Node data is JSON: the lease
 queued), host, pid, thread and the time of the claim, which ``lockkit list``/``info`` show.
 
 **Waiting.** A blocking caller keeps its node in the queue and watches only the node just ahead
-of it: a release wakes one waiter, which lists the children and, first now, claims the lock by
-writing its lease into its node (two round trips after the release). Order is arrival order, so
-``fair=True`` costs nothing; ``fair=False`` is FIFO as well.
+of it, for its deletion (a child watch: an ephemeral node has no children) and for its claim (a
+data watch: a lock node's data changes only when it claims or renews). So a waiter knows when
+the node ahead holds the lock, and when that node is deleted it is first: it holds the lock on
+the notice, with no request (no round trip after the release's notice). Its claim, which writes
+its lease into its node, is sent 20 ms later (at most a tenth of the ttl), or, if it releases
+first, in one transaction with the delete (see ``claims.py``): a short critical section costs
+two writes, its create and its release. The claim fires the data watch of the waiter behind,
+which only notes it; nobody else is woken. Order is arrival order, so ``fair=True`` costs
+nothing; ``fair=False`` is FIFO as well. A queueing create lists the contenders in the same
+round trip; a release on a contended key lists them (a read) before removing the parent.
 
 **Fencing token.** The holder node's ``czxid``: zxids rise across the whole ensemble, across
 restarts and when the key's parent is removed and made again (the sequence suffix would restart
@@ -24,7 +31,8 @@ last write) removes that node with a version check, so a holder that renewed mea
 it. ``auto_renew`` renews the lease; liveness is the session's. Exclusion by ttl therefore
 trusts the leader's wall clock not to jump forward by more than the lease's drift margin;
 exclusion by session does not depend on clocks. A node that only queues carries no lease and is
-bound to its session alone.
+bound to its session alone, and so is a holder for the moment before its claim is sent: a
+holder that stops renewing is removed at most that moment (20 ms) after its lease ends.
 
 **Lost replies.** A create whose reply was lost may have made a node anyway. Node names carry
 the owner id, so the next attempt of the same owner finds it and keeps the older one (its place

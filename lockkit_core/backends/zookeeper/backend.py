@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote, urlsplit
@@ -10,6 +9,7 @@ from urllib.parse import unquote, urlsplit
 from ...errors import BackendUnavailable, ConfigError
 from ...url import LockURL
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
+from .claims import UNSENT, Claims, claim_delay
 from .nodes import NodeData, node_key, node_owner, remaining_ms
 from .session import Session, client_kwargs
 from .shared import SharedPlaces
@@ -20,9 +20,6 @@ if TYPE_CHECKING:
     from ...hold import Hold
 
 __all__ = ["ZooKeeperBackend"]
-
-log = logging.getLogger("lockkit.zookeeper")
-
 
 #: attempts in one try_acquire before it answers "busy" (each follows a change it raced with)
 _ROUNDS = 8
@@ -89,6 +86,7 @@ class ZooKeeperBackend(Backend):
         self._nodes: dict[tuple[str, str], Mine] = {}
         self._queued: dict[tuple[str, str], ZooKeeperWaiter] = {}
         self._shared = SharedPlaces(self)
+        self._claims = Claims(self.session, self.tree)
         self._session_timeout = float(kwargs["timeout"])
 
     def _sweep(self) -> None:
@@ -119,8 +117,10 @@ class ZooKeeperBackend(Backend):
                     raw, stat = self.tree.call(f"read {path}", op("get_async", path))
                 except NoNodeError:
                     return None, children
-                return Mine(path, stat.czxid, stat.version,
-                             NodeData.decode(raw).lease_ms > 0, self.session.generation), children
+                # The head holds the lock, claimed or not yet (see claims.py).
+                claimed = NodeData.decode(raw).lease_ms > 0 or child == children[0]
+                return Mine(path, stat.czxid, stat.version, claimed,
+                            self.session.generation), children
         return None, children
 
     # -- locking ------------------------------------------------------------------------------
@@ -139,12 +139,13 @@ class ZooKeeperBackend(Backend):
                 # we hold the lock now. The claim that stamps our lease is sent, not waited
                 # for: until it lands our node carries no lease and cannot be judged expired.
                 return self._claim_later(key, mine, ms)
+            listed = None
             if mine is None:
-                mine = self.tree.create(key, oid, ms, queueing=waiter is not None)
+                mine, listed = self.tree.create(key, oid, ms, queueing=waiter is not None)
                 self._nodes[(key, owner)] = mine
                 if mine.first:
                     return Grant(True, mine.czxid)
-            children = self.tree.children(key)
+            children = self.tree.children(key) if listed is None else listed
             name = mine.path.rpartition("/")[2]
             if name not in children:
                 self._nodes.pop((key, owner), None)  # deleted: expired, force-released
@@ -179,19 +180,29 @@ class ZooKeeperBackend(Backend):
 
         parent = self.tree.parent(key)
         head = f"{parent}/{children[0]}"
-        if waiter is not None and index > 1:
-            # Further back in the queue: only the node ahead matters (the holder's lease
-            # is the business of the one right behind it).
-            found = self.tree.call(
+        if waiter is None:
+            try:
+                raw, stat = self.tree.call(f"read the holder of {key!r}", op("get_async", head))
+            except NoNodeError:
+                return None
+        else:
+            # Watch the node just ahead of us, for its deletion (a child watch) and for its
+            # claim (a data watch): see waiter.py. One round trip for both.
+            ahead = f"{parent}/{children[index - 1]}"
+            wake = waiter.watching(ahead, holds=index == 1)
+            got, listed = self.tree.call_all(
                 f"watch the queue of {key!r}",
-                op("exists_async", f"{parent}/{children[index - 1]}", waiter.watching(None)),
+                op("get_async", ahead, wake),
+                op("get_children_async", ahead, wake),
             )
-            return None if found is None else Grant(False, retry_after=self._session_timeout)
-        watch = None if waiter is None else waiter.watching(head)
-        try:
-            raw, stat = self.tree.call(f"read the holder of {key!r}", op("get_async", head, watch))
-        except NoNodeError:
-            return None
+            if isinstance(got, NoNodeError) or isinstance(listed, NoNodeError):
+                return None
+            raw, stat = got
+            waiter.saw(ahead, NodeData.decode(raw).term_ms)
+            if index > 1:
+                # Further back in the queue: only the node ahead matters (the holder's lease
+                # is the business of the one right behind it).
+                return Grant(False, retry_after=self._session_timeout)
         left = remaining_ms(stat.mtime, NodeData.decode(raw).lease_ms, self.tree.server_now())
         if left is not None and left <= 0:
             # The holder's lease ran out on the server's clock (it stopped renewing):
@@ -206,21 +217,12 @@ class ZooKeeperBackend(Backend):
         return Grant(False, retry_after=retry_after or self._session_timeout)
 
     def _claim_later(self, key: str, mine: Mine, ms: int) -> Grant:
-        """Send the claim of a node known to be first, and answer at once."""
-        client = self.session.client()
-
-        def landed(result: Any) -> None:
-            try:
-                stat = result.get()
-            except Exception as exc:  # the node went (force-released): the holder learns
-                mine.claimed = False  # it at its next renewal or at release
-                log.warning("claiming %s failed: %r", key, exc)
-                return
-            self.tree.saw(stat)
-            mine.version = stat.version
-
+        """Hold the lock with a node known to be first, and answer at once; its claim is sent
+        a moment later, or with the release if that comes first (see claims.py)."""
         mine.claimed = True
-        client.set_async(mine.path, NodeData.here(ms).encode(), mine.version).rawlink(landed)
+        mine.claim = UNSENT
+        mine.lease_ms = ms
+        self._claims.later(mine, claim_delay(ms))
         return Grant(True, mine.czxid)
 
     def release(self, key: str, owner: str) -> bool:
@@ -242,8 +244,18 @@ class ZooKeeperBackend(Backend):
         if mine is None:
             return False
         self._nodes.pop((key, owner), None)
-        done = self.tree.delete(mine.path)
+        with self._claims.lock:
+            unsent = mine.claim is UNSENT
+            if unsent:
+                mine.claim = None
+        if unsent:
+            # Released before its claim was sent: claim and delete in one write, so the
+            # waiter behind, which may not know we held the lock, learns it from the claim.
+            done = self.tree.claim_and_delete(mine.path, NodeData.here(mine.lease_ms).encode())
+        else:
+            done = self.tree.delete(mine.path)
         self.tree.drop_parent(key)
+        self._claims.settle(key, mine)  # answered before the delete: a failed claim means no node
         return done and mine.claimed
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
@@ -261,11 +273,15 @@ class ZooKeeperBackend(Backend):
                 return Grant(False)
         data = NodeData.here(max(1, int(ttl * 1000))).encode()
         path = mine.path
+        with self._claims.lock:
+            if mine.claim is UNSENT:
+                mine.claim = None  # this renewal is the claim
         try:
             stat = self.tree.call(f"extend {key!r}", lambda c: c.set_async(path, data))
         except NoNodeError:
             self._nodes.pop((key, owner), None)
             return Grant(False)
+        self._claims.settle(key, mine)  # answered before this one
         self.tree.saw(stat)
         mine.version = stat.version
         self._nodes[(key, owner)] = mine
@@ -355,6 +371,7 @@ class ZooKeeperBackend(Backend):
         self.session.forget_after_fork()
         self._shared.forget_after_fork()
         self.tree.forget_after_fork()
+        self._claims.forget_after_fork()
         self._nodes = {}
         self._queued = {}
 

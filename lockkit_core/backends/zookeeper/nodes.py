@@ -58,28 +58,38 @@ def remaining_ms(mtime_ms: int, lease_ms: int, server_now_ms: float) -> float | 
 
 @dataclass(frozen=True)
 class NodeData:
-    """What a lock node carries: the lease (0 while queued) and who holds it, for admins."""
+    """What a lock node carries: the lease (0 while queued) and who holds it, for admins;
+    a queued node also the lease it will claim (``wants_ms``), so the node behind it knows
+    how long a holder that stops renewing may block it."""
 
     lease_ms: int
     host: str
     pid: int
     thread: str
     since: float  #: wall-clock time of the claim (or of queueing), for display only
+    wants_ms: int = 0
 
     @classmethod
-    def here(cls, lease_ms: int) -> NodeData:
+    def here(cls, lease_ms: int, wants_ms: int = 0) -> NodeData:
         """Data for a node made by the current thread of this process."""
         return cls(
             lease_ms, socket.gethostname(), os.getpid(), threading.current_thread().name,
-            time.time(),
+            time.time(), wants_ms,
         )
 
+    @property
+    def term_ms(self) -> int:
+        """The lease this node holds, or will claim when first."""
+        return self.lease_ms or self.wants_ms
+
     def encode(self) -> bytes:
-        return json.dumps(
-            {"lease_ms": self.lease_ms, "host": self.host, "pid": self.pid,
-             "thread": self.thread, "since": round(self.since, 3)},
-            separators=(",", ":"),
-        ).encode()
+        doc: dict[str, object] = {
+            "lease_ms": self.lease_ms, "host": self.host, "pid": self.pid,
+            "thread": self.thread, "since": round(self.since, 3),
+        }
+        if self.wants_ms:
+            doc["wants_ms"] = self.wants_ms
+        return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, raw: bytes | None) -> NodeData:
@@ -90,7 +100,7 @@ class NodeData:
             return cls(
                 int(doc.get("lease_ms", 0)), str(doc.get("host", "?")),
                 int(doc.get("pid", 0)), str(doc.get("thread", "?")),
-                float(doc.get("since", 0.0)),
+                float(doc.get("since", 0.0)), int(doc.get("wants_ms", 0)),
             )
         except (ValueError, TypeError, AttributeError):
             return cls(0, "?", 0, "?", 0.0)

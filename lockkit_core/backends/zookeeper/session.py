@@ -141,6 +141,23 @@ class Session:
                 raise
             raise error from exc
 
+    def call_all(self, what: str, *starts: Callable[[Any], Any]) -> list[Any]:
+        """Send several requests at once and wait for all of them (one round trip): each
+        answer in order, or kazoo's exception for an answer that is not a failure (see
+        :meth:`translate`); a failure is raised."""
+        client = self.client()
+        pending = [start(client) for start in starts]
+        answers: list[Any] = []
+        for result in pending:
+            try:
+                answers.append(result.get(timeout=self.socket_timeout))
+            except Exception as exc:
+                error = self.translate(what, exc)
+                if error is not exc:
+                    raise error from exc
+                answers.append(exc)
+        return answers
+
     def translate(self, what: str, exc: Exception) -> Exception:
         """Our error for kazoo's ``exc``; answers that are not failures (no such node, node
         exists, bad version, not empty) come back as they are, for the caller to decide."""

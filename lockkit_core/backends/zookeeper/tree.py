@@ -37,6 +37,9 @@ class Mine:
     claimed: bool
     generation: int
     first: bool = False  #: made with the key's parent: nobody can be ahead of it
+    #: the claim's reply while it has not been read (kazoo's async result), or UNSENT
+    claim: Any = None
+    lease_ms: int = 0  #: the lease the claim stamps
 
 
 class LockTree:
@@ -62,10 +65,18 @@ class LockTree:
 
     def call(self, what: str, start: Any) -> Any:
         """One request through the session (the locks root is made before the first)."""
+        self._make_root()
+        return self.session.call(what, start)
+
+    def call_all(self, what: str, *starts: Any) -> list[Any]:
+        """Several requests sent at once (see ``Session.call_all``)."""
+        self._make_root()
+        return self.session.call_all(what, *starts)
+
+    def _make_root(self) -> None:
         if not self._root_made:
             self.session.call("create the locks root", lambda c: c.ensure_path_async(self.root))
             self._root_made = True
-        return self.session.call(what, start)
 
     def saw(self, stat: Any) -> None:
         """Note the server time of a write we made (its ``mtime``)."""
@@ -78,30 +89,35 @@ class LockTree:
             return time.time() * 1000.0  # no write yet: our clock (admin display only)
         return self._server_ms + (time.monotonic() - self._server_at) * 1000.0
 
-    def create(self, key: str, oid: str, ms: int, queueing: bool) -> Mine:
+    def create(self, key: str, oid: str, ms: int, queueing: bool) -> tuple[Mine, list[str] | None]:
         """Make our node for ``oid``; with the key's parent in the same transaction when the
-        key is free (one round trip, and we are first: the node claims the lock at once)."""
+        key is free (one round trip, and we are first: the node claims the lock at once).
+        On a key contended lately, the contenders are listed in the same round trip (the
+        server answers a session's requests in order, so the list has our node): they come
+        back too, else None."""
         from kazoo.exceptions import NodeExistsError, NoNodeError
 
         parent = self.parent(key)
         prefix = f"{parent}/{oid}-"
         generation = self.session.generation
         claim = NodeData.here(ms).encode()
-        data = NodeData.here(0).encode() if queueing else claim
+        data = NodeData.here(0, wants_ms=ms).encode() if queueing else claim
         for _ in range(_ROUNDS):
             if key in self._crowded:
                 # Contended lately: the parent is most likely there, skip the transaction.
-                try:
-                    path, stat = self.creating(
-                        key, oid,
-                        op("create_async", prefix, data, ephemeral=True, sequence=True,
-                            include_data=True),
-                    )
-                except NoNodeError:
+                made, listed = self.creating_all(
+                    key, oid,
+                    op("create_async", prefix, data, ephemeral=True, sequence=True,
+                        include_data=True),
+                    op("get_children_async", parent),
+                )
+                if isinstance(made, NoNodeError):
                     self._crowded.pop(key, None)
                     continue
+                path, stat = made
                 self.saw(stat)
-                return Mine(path, stat.czxid, stat.version, not queueing, generation)
+                children = None if isinstance(listed, Exception) else ordered(list(listed))
+                return Mine(path, stat.czxid, stat.version, not queueing, generation), children
 
             def multi(c: Any) -> Any:
                 t = c.transaction()  # which, unlike create(), ignores the default ACL
@@ -114,7 +130,8 @@ class LockTree:
             if not isinstance(results[0], Exception):
                 stat = results[2]
                 self.saw(stat)
-                return Mine(results[1], stat.czxid, stat.version, True, generation, first=True)
+                return Mine(results[1], stat.czxid, stat.version, True, generation,
+                            first=True), None
             if isinstance(results[0], NodeExistsError):
                 self._crowded[key] = None
                 if len(self._crowded) > _CROWDED:
@@ -125,16 +142,18 @@ class LockTree:
                 if error is failed:
                     error = BackendError(f"creating the lock node of {key!r} failed: {failed!r}")
                 raise error from failed
-            try:
-                path, stat = self.creating(
-                    key, oid,
-                    op("create_async", prefix, data, ephemeral=True, sequence=True,
-                        include_data=True),
-                )
-            except NoNodeError:
+            made, listed = self.creating_all(
+                key, oid,
+                op("create_async", prefix, data, ephemeral=True, sequence=True,
+                    include_data=True),
+                op("get_children_async", parent),
+            )
+            if isinstance(made, NoNodeError):
                 continue  # the empty parent was just removed: make it again
+            path, stat = made
             self.saw(stat)
-            return Mine(path, stat.czxid, stat.version, not queueing, generation)
+            children = None if isinstance(listed, Exception) else ordered(list(listed))
+            return Mine(path, stat.czxid, stat.version, not queueing, generation), children
         raise BackendUnavailable(f"the lock node of {key!r} kept vanishing while created")
 
     def creating(self, key: str, oid: str, start: Any) -> Any:
@@ -145,6 +164,20 @@ class LockTree:
         except BackendUnavailable:
             self.orphan(key, oid)
             raise
+
+    def creating_all(self, key: str, oid: str, *starts: Any) -> list[Any]:
+        """:meth:`creating` with further requests sent in the same round trip (the create
+        first); a refusal comes back as its exception, NoNodeError for the create."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            answers = self.call_all(f"create the lock node of {key!r}", *starts)
+        except BackendUnavailable:
+            self.orphan(key, oid)
+            raise
+        if isinstance(answers[0], Exception) and not isinstance(answers[0], NoNodeError):
+            raise BackendError(f"creating the lock node of {key!r} failed: {answers[0]!r}")
+        return answers
 
     def children(self, key: str) -> list[str]:
         """The contenders of ``key`` in queue order; ``[]`` for a free key."""
@@ -161,10 +194,28 @@ class LockTree:
 
     def drop_parent(self, key: str) -> None:
         """Remove the key's parent if it is empty (a free key costs nothing); not waited for:
-        the server refuses it if anyone queued meanwhile."""
+        the server refuses it if anyone queued meanwhile.
+
+        Called after our node's delete. On a key contended lately the parent is most likely
+        still in use, and a refused delete is a write (logged by the server like any other),
+        so the children are listed first (a read) and the parent deleted only if none is
+        left. Whoever deletes the last node lists after that delete and finds it empty."""
         client = self.session._client
-        if client is not None and client.connected:
-            client.delete_async(self.parent(key))
+        if client is None or not client.connected:
+            return
+        parent = self.parent(key)
+        if key not in self._crowded:
+            client.delete_async(parent)
+            return
+
+        def listed(result: Any) -> None:
+            try:
+                if not result.get():
+                    client.delete_async(parent)
+            except Exception:  # gone already, or the connection: nothing to do
+                return
+
+        client.get_children_async(parent).rawlink(listed)
 
     def delete(self, path: str, version: int = -1) -> bool:
         """Delete ``path`` (if still at ``version``); False if it was gone or had changed."""
@@ -176,6 +227,18 @@ class LockTree:
             return False
         return True
 
+    def claim_and_delete(self, path: str, data: bytes) -> bool:
+        """Stamp ``path`` with ``data`` and delete it in one transaction (its watchers see the
+        change, then the deletion); False if it was gone."""
+
+        def multi(c: Any) -> Any:
+            t = c.transaction()
+            t.set_data(path, data)
+            t.delete(path)
+            return t.commit_async()
+
+        results = self.call(f"delete {path}", multi)
+        return not isinstance(results[0], Exception)
 
     # -- nodes left behind ----------------------------------------------------------------------
 
