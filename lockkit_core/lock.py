@@ -41,6 +41,17 @@ def new_owner_token() -> str:
     return secrets.token_hex(16)
 
 
+def release_leaving(release: Callable[[], None], exc: BaseException | None) -> None:
+    """Release on leaving a ``with`` block. A lost lease raises :class:`LockLost`, unless the
+    block already raised: then the loss is added to that error as a note, never hiding it."""
+    try:
+        release()
+    except LockNotOwned as lost:
+        if exc is None:
+            raise
+        exc.add_note(f"lockkit: {lost}")
+
+
 class Lock:
     """A handle on one key. Use it as a context manager, or ``acquire()``/``release()``.
 
@@ -338,12 +349,7 @@ class Lock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        try:
-            self.release()
-        except LockNotOwned as lost:
-            if exc is None:
-                raise
-            exc.add_note(f"lockkit: {lost}")
+        release_leaving(self.release, exc)
 
     def _fire_lost(self) -> None:
         for callback in self.on_lost:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .config import UNSET, check_timeout
 from .errors import ConfigError, LockLost, LockNotOwned, LockTimeout
 from .keys import check_key, namespaced
-from .lock import new_owner_token
+from .lock import new_owner_token, release_leaving
 
 if TYPE_CHECKING:
     from .kit import LockKit
@@ -89,9 +89,4 @@ class SharedLock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        try:
-            self.release()
-        except LockNotOwned as lost:
-            if exc is None:
-                raise
-            exc.add_note(f"lockkit: {lost}")
+        release_leaving(self.release, exc)
