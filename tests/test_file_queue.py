@@ -106,11 +106,20 @@ def queue_of(url: str, key: str) -> list[str]:
     return [hint_of(line.split(b" ")[0]) for line in record.queue.splitlines()]
 
 
-def queue_up(url: str, key: str, timeout: str, ttl: str) -> subprocess.Popen[str]:
-    """A WAITER process that has joined the queue of ``key``."""
-    before = len(queue_of(url, key))
+def ready_waiter(url: str, key: str, timeout: str, ttl: str) -> subprocess.Popen[str]:
+    """A WAITER process, started and ready to queue on ``key`` when told (:func:`queue_up`)."""
     proc = start(WAITER, url, key, timeout, ttl)
     assert read_line(proc) == "ready"
+    return proc
+
+
+def queue_up(
+    url: str, key: str, timeout: str, ttl: str, proc: subprocess.Popen[str] | None = None
+) -> subprocess.Popen[str]:
+    """A WAITER process (``proc`` if given, already ready) that has joined the queue of ``key``."""
+    before = len(queue_of(url, key))
+    if proc is None:
+        proc = ready_waiter(url, key, timeout, ttl)
     assert proc.stdin is not None
     proc.stdin.write("go\n")
     proc.stdin.flush()
@@ -211,8 +220,12 @@ def test_a_waiter_that_times_out_leaves_no_ghost(kit: LockKit, url: str) -> None
     assert held.acquire()
     procs = []
     try:
-        procs.append(early := queue_up(url, "ghost", "0.4", "30"))
-        procs.append(late := queue_up(url, "ghost", "10", "30"))
+        # Both processes are started first, so the second joins the queue well before the
+        # first gives up, however slowly a loaded machine starts Python.
+        procs.append(late := ready_waiter(url, "ghost", "10", "30"))
+        procs.append(early := ready_waiter(url, "ghost", "0.4", "30"))
+        queue_up(url, "ghost", "0.4", "30", early)
+        queue_up(url, "ghost", "10", "30", late)
         assert read_line(early) == "timeout"
         assert len(queue_of(url, "ghost")) == 1, "the waiter that gave up left the queue"
         began = time.monotonic()
