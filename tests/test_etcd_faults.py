@@ -3,17 +3,18 @@ expiry under a holder, a black-holed link, and leases that failed attempts must 
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from test_redis_faults import Holder  # the same steered holder process
+from holders import (
+    check_sigkilled_holder_frees_the_key_within_its_ttl,
+    check_sigstopped_holder_loses_the_lock_and_finds_out_on_resume,
+)
 
 from lockkit_core import BackendUnavailable, Lock, LockKit, LockLost
-from lockkit_core.backends.base import owner_hint
 from lockkit_core.backends.etcd import EtcdBackend
 from lockkit_core.testing import TcpProxy
 from lockkit_core.testing.etcd import EtcdServer, etcd_request
@@ -72,51 +73,15 @@ def _settled_leases(server: EtcdServer, expected: set[int], within: float = 1.0)
 def test_sigkilled_holder_frees_the_key_within_its_ttl(
     own_server: EtcdServer, direct: LockKit, namespace: str
 ) -> None:
-    holder = Holder(own_server.url + FAST, namespace, "job", ttl=1.0, auto_renew=True)
-    try:
-        token, _ = holder.acquired()
-        assert direct.lock("job").acquire(blocking=False) is False
-        holder.signal(signal.SIGKILL)
-        killed = time.monotonic()
-        holder.proc.wait(5)
-        taker = direct.lock("job", timeout=3)
-        assert taker.acquire() is True
-        waited = time.monotonic() - killed
-        assert waited <= 1.0 + 1.0, f"the key was free only {waited:.3f} s after the kill"
-        assert taker.token is not None and taker.token > token
-        taker.release()
-    finally:
-        holder.close()
+    check_sigkilled_holder_frees_the_key_within_its_ttl(own_server.url + FAST, direct, namespace)
 
 
 def test_sigstopped_holder_loses_the_lock_and_finds_out_on_resume(
     own_server: EtcdServer, direct: LockKit, namespace: str
 ) -> None:
-    holder = Holder(own_server.url + FAST, namespace, "job", ttl=1.0, auto_renew=True)
-    try:
-        token, owner = holder.acquired()
-        holder.signal(signal.SIGSTOP)
-        stopped = time.monotonic()
-        taker = direct.lock("job", timeout=3)
-        assert taker.acquire() is True, "the stopped holder's lease never ran out"
-        waited = time.monotonic() - stopped
-        assert waited <= 1.0 + 1.0, f"took {waited:.3f} s to take over a 1 s lease"
-        assert taker.token is not None and taker.token > token
-        holder.signal(signal.SIGCONT)
-        assert holder.answer("check") == "lost", holder.seen
-        assert holder.answer("release") == "lost", holder.seen
-        if "on_lost" not in holder.seen:
-            holder.expect("on_lost", timeout=2)
-        # The resumed holder neither renewed nor released the new owner's lock.
-        info = direct.admin.info("job")
-        assert info is not None and info.token == taker.token
-        assert info.owner_hint != owner_hint(owner)
-        taker.release()
-    finally:
-        holder.close()
-
-
-# -- leases ----------------------------------------------------------------------------------
+    check_sigstopped_holder_loses_the_lock_and_finds_out_on_resume(
+        own_server.url + FAST, direct, namespace
+    )
 
 
 def test_lease_expiry_while_held_gives_lock_lost(

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import redis
-from test_redis_faults import Holder
+from holders import Holder
 
 from lockkit_core import BackendUnavailable, LockKit
 from lockkit_core.testing import RedisServer, TcpProxy

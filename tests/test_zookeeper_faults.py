@@ -3,18 +3,15 @@ expired on purpose, a create whose reply is lost, a closed kit and a server that
 
 from __future__ import annotations
 
-import queue
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from holders import Holder
 
 from lockkit_core import BackendUnavailable, Lock, LockKit, LockLost, LockNotOwned
 from lockkit_core.backends.base import owner_id
@@ -24,58 +21,8 @@ from lockkit_core.testing.zookeeper import ZooKeeperServer
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
 
-HOLDER = Path(__file__).with_name("holder_process.py")
 T = TypeVar("T")
 SESSION = 1.0  # seconds; the test server grants sessions from 0.2 s
-
-
-class Holder:
-    """``holder_process.py`` in a subprocess; the lines it prints are read with a timeout."""
-
-    def __init__(self, url: str, namespace: str, key: str, ttl: float, auto_renew: bool) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(HOLDER), url, namespace, key, str(ttl),
-             "1" if auto_renew else "0"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.strip())
-
-    def expect(self, prefix: str, timeout: float = 15.0) -> str:
-        deadline = time.monotonic() + timeout
-        seen = []
-        while (remaining := deadline - time.monotonic()) > 0:
-            try:
-                line = self.lines.get(timeout=remaining)
-            except queue.Empty:
-                break
-            seen.append(line)
-            if line.startswith(prefix):
-                return line
-        raise AssertionError(f"holder never printed {prefix!r}; saw {seen}")
-
-    def acquired(self) -> int:
-        return int(self.expect("acquired").split()[1])
-
-    def answer(self, command: str) -> str:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        line = self.expect("")
-        while line == "on_lost":
-            line = self.expect("")
-        return line
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-        self.proc.wait(10)
 
 
 def eventually(func: Callable[[], T], within: float = 10.0) -> T:
@@ -103,9 +50,9 @@ def test_a_killed_holder_frees_the_lock_within_its_session_timeout(
     zookeeper_server: ZooKeeperServer, namespace: str
 ) -> None:
     url = _url(zookeeper_server)
-    holder = Holder(url, namespace, "job", ttl=60.0, auto_renew=True)
+    holder = Holder(url, namespace, "job", ttl=60.0, auto_renew=True, wait=15.0)
     try:
-        token = holder.acquired()
+        token, _ = holder.acquired()
         with LockKit(url, namespace=namespace) as kit:
             assert kit.lock("job").acquire(blocking=False) is False
             holder.proc.send_signal(signal.SIGKILL)
@@ -124,9 +71,9 @@ def test_a_paused_holder_loses_to_a_higher_token_and_learns_it(
     zookeeper_server: ZooKeeperServer, namespace: str
 ) -> None:
     url = _url(zookeeper_server)
-    holder = Holder(url, namespace, "job", ttl=60.0, auto_renew=True)
+    holder = Holder(url, namespace, "job", ttl=60.0, auto_renew=True, wait=15.0)
     try:
-        token = holder.acquired()
+        token, _ = holder.acquired()
         assert holder.answer("check") == "ok"
         holder.proc.send_signal(signal.SIGSTOP)
         with LockKit(url, namespace=namespace) as kit:
