@@ -167,7 +167,8 @@ def test_a_notice_for_a_waiter_that_left_without_a_word_is_passed_on(
         # A waiter of `other` queues, then gives up as it does after an outage: no round trip.
         backend = other.backend
         full_key, owner = f"{namespace}:k", "e" * 32
-        gone = backend.waiter(full_key, owner, False)
+        # fair=True: a fair=False head is left for at its time to ask (test_redis_barging)
+        gone = backend.waiter(full_key, owner, True)
         assert backend.try_acquire(full_key, owner, 10.0).acquired is False
         gone.close(False, reachable=False)
         assert _queued(raw, namespace, "k") == 1

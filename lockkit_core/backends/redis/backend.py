@@ -157,20 +157,25 @@ class RedisBackend(Backend):
         channel = self._listener.channel if waiter is not None else ""
         sent = time.monotonic()
         who = waiter.id if waiter is not None else owner_id(owner)
-        granted, value = self._call(
+        fair = "0" if waiter is not None and not waiter.fair else "1"
+        reply = self._call(
             f"acquire {key!r}",
-            lambda: self._script(*keys, "acquire", who, ms, holder, channel, self._floor),
+            lambda: self._script(*keys, "acquire", who, ms, holder, channel, self._floor, fair),
             retry=True,
         )
-        if granted:
-            return Grant(True, self.saw_token(int(value)))
-        pttl = int(value)
+        if reply[0]:
+            return Grant(True, self.saw_token(int(reply[1])))
+        # {0, pttl}, or {0, pttl, ask again in ms} while the queue's head may be passed over
+        # (lua/lock.lua, bounded barging): releases until then need not tell us
+        pttl = int(reply[1])
+        wait_ms = int(reply[2]) if len(reply) > 2 else pttl
         if waiter is not None:
             if waiter.queued_at is None:
                 waiter.queued_at = sent
             # as lua/lock.lua keeps the entry: the lease we are told of, two of ours, 2 s
             waiter.entry_until = sent + max(pttl, 0) / 1000.0 + 2 * ttl + 2.0
-        return Grant(False, retry_after=pttl / 1000.0 if pttl > 0 else None)
+            waiter.ask_at = sent + wait_ms / 1000.0 if len(reply) > 2 else None
+        return Grant(False, retry_after=wait_ms / 1000.0 if wait_ms > 0 else None)
 
     def release(self, key: str, owner: str) -> bool:
         keys = stored_keys(stored_key(key))
@@ -211,7 +216,7 @@ class RedisBackend(Backend):
         return Grant(True, self.saw_token(int(reply[1])))
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
-        return RedisWaiter(self, key, owner)
+        return RedisWaiter(self, key, owner, fair)
 
     def queue_first(self) -> bool:
         # Once this process has waited (the listener is up), a blocking caller registers

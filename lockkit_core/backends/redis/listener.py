@@ -78,6 +78,21 @@ class Listener:
         # as long as its queue entry may live on the server, so a hand-over can still come
         self._left[waiter.id] = (waiter.key, waiter.owner, waiter.entry_until)
         self._ensure_running()
+        if waiter.ask_at is not None:
+            # It may head a queue whose releases do not tell it (lua/lock.lua, bounded
+            # barging): when it would have asked again, leave for it, which passes a lock
+            # freed meanwhile to the next waiter.
+            timer = threading.Timer(
+                max(0.0, waiter.ask_at - time.monotonic()), self._leave_for, (waiter.id,)
+            )
+            timer.daemon = True
+            timer.start()
+
+    def _leave_for(self, owner: str) -> None:
+        with self._lock:
+            left = self._left.pop(owner, None)
+        if left is not None:
+            self._pass_on(*left[:2])
 
     def _ensure_running(self) -> None:
         if self._thread is None and not self._closed:
@@ -95,12 +110,17 @@ class Listener:
                 waiter.event.set()
 
     def _handed(self, payload: str) -> None:
-        """``<owner id>|<token>``: the lock was handed to that waiter of ours."""
+        """``<owner id>|<token>``: the lock was handed to that waiter of ours;
+        ``<owner id>|@<ms>``: it was freed past that waiter, which asks again in ``ms``."""
         owner, _, token = payload.partition("|")
         with self._lock:
             waiter = self._waiters.get(owner)
             if waiter is not None and token.isdigit():
                 waiter.handed = int(token)
+                waiter.event.set()
+                return
+            if waiter is not None and token[1:].isdigit():
+                waiter.ask_at = time.monotonic() + int(token[1:]) / 1000.0
                 waiter.event.set()
                 return
             left = self._left.pop(owner, None)

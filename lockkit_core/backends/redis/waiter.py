@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from ...errors import BackendError
@@ -19,11 +20,15 @@ __all__ = ["RedisWaiter"]
 class RedisWaiter(Waiter):
     """Queued for one key: woken by the notice that hands it the lock, or that frees it."""
 
-    def __init__(self, backend: RedisBackend, key: str, owner: str) -> None:
+    def __init__(self, backend: RedisBackend, key: str, owner: str, fair: bool) -> None:
         self._backend = backend
         self._listener = backend._listener
         self.key = key
         self.owner = owner
+        self.fair = fair  # False: others may take the lock past us, boundedly (lua/lock.lua)
+        #: (monotonic) when the store said to ask again: a head that may be passed over is
+        #: not told of every release, only when to ask (lua/lock.lua, bounded barging)
+        self.ask_at: float | None = None
         self.id = owner_id(owner)  # what the server and the notices know it by
         self.event = threading.Event()
         self.handed: int | None = None
@@ -42,12 +47,21 @@ class RedisWaiter(Waiter):
             # No notice can arrive while the listener is down: poll, with a bounded delay.
             timeout = min(timeout, self._backoff * random.uniform(0.5, 1.5))
             self._backoff = min(0.1, self._backoff * 2)
-        self.event.wait(timeout)
-        self.event.clear()
-        token, self.handed = self.handed, None
-        if token is None or self.queued_at is None:
-            return None
-        return Grant(True, self._backend.saw_token(token), since=self.queued_at)
+        until = time.monotonic() + timeout
+        while True:
+            now = time.monotonic()
+            # told when to ask again ('<id>|@<ms>', or a busy answer's): no sooner, no later
+            ask_at = self.ask_at
+            if self.handed is None and ask_at is not None and ask_at <= now:
+                self.ask_at = None
+                return None
+            self.event.wait(max(0.0, min(until, ask_at or until) - now))
+            self.event.clear()
+            token, self.handed = self.handed, None
+            if token is not None and self.queued_at is not None:
+                return Grant(True, self._backend.saw_token(token), since=self.queued_at)
+            if self.ask_at is None or self.ask_at == ask_at or time.monotonic() >= until:
+                return None  # woken to ask, or our time is up
 
     def close(self, acquired: bool, *, reachable: bool = True) -> None:
         queued = not acquired and self.queued_at is not None

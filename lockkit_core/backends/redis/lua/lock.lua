@@ -6,13 +6,21 @@
 --   L  KEYS[1]  "lockkit:{<ns:key>}"    "<id>|<token>|<holder>", the lease as its PX
 --   F  KEYS[2]  "lockkit:{<ns:key>}:f"  the key's last fencing token; lives FENCE_MS past a grant
 --   Q  KEYS[3]  "lockkit:{<ns:key>}:q"  zset of waiter ids, scored by arrival number (a counter)
---   E  KEYS[4]  "lockkit:{<ns:key>}:e"  hash: waiter id -> "<expiry ms>|<lease ms>|<channel>|<holder>"
+--   E  KEYS[4]  "lockkit:{<ns:key>}:e"  hash: waiter id ->
+--                 "<expiry ms>|<lease ms>|<channel>|<holder>" (fair=True waiters) or
+--                 "<expiry ms>|<lease ms>|<channel>|~<holder>" (fair=False); and, while the
+--                 queue lives, 't' (server ms the head became the head), 'n' (locks taken
+--                 past that head), 'h' ('<id>|<channel>' of the head when it is a fair=False
+--                 waiter), 'w' (the head's id once it knows when to ask again), 'l' (the
+--                 process that last freed the lock past the head), 's' (a
+--                 fair=True waiter joined: no barging until the queue empties)
 -- <id> is an owner's public name: sha1hex(secret), 40 hex digits (its first 8 are the admin
 -- hint). The secret is never stored nor published: the operations that
 -- act on a held lock present it, and only its id is compared.
 --
 -- ARGV[1]   KEYS     ARGV[2..]                                   returns
--- 'acquire' L F Q E  id, lease ms, holder, channel or '', floor  {1, token} | {0, pttl}
+-- 'acquire' L F Q E  id, lease ms, holder, channel or '', floor, {1, token} | {0, pttl} |
+--                    fair ('1' or '0')                           {0, pttl, ask again in ms}
 -- 'release' L F Q E  secret, floor                               1 released | 0 not held
 -- 'leave'   L F Q E  secret, floor                               1 passed a handed lock on | 0
 -- 'force'   L F Q E  floor                                       1 released | 0 was free
@@ -30,10 +38,30 @@
 --   process's listener does so when it left without a round trip);
 -- - a waiter dies, or its listener is down, while queued: PUBLISH reaches nobody, so the next
 --   waiter is served in the same call;
--- - the server restarts empty or its clock steps back: see next_token.
+-- - the server restarts empty or its clock steps back: see next_token; a clock step cannot
+--   make barging unbounded either (see may_barge).
+--
+-- Bounded barging (fair=False only). Handing the lock over on every release switches process
+-- on every critical section, while a releaser that asks again at once would take it with no
+-- switch. So while the queue's head is a fair=False waiter that has been the head for less
+-- than BARGE_MS and was passed over fewer than BARGE_MAX times (and no fair=True waiter
+-- joined), a release only frees the lock, and a fair=False blocking caller of the process
+-- that released it (the same '<host> pid <pid>') may take it back past the queue. The head is never told "free" to race for it: it
+-- is told when to ask again ('<id>|@<ms>', or the ms in its busy answer), PAUSE_MS after a
+-- release (a releaser coming straight back has taken it by then) and again when its time as
+-- the head is up; past that, releases hand over in order again (and a head that asks takes a
+-- free lock at once). So each waiter ahead adds at
+-- most about BARGE_MS to a fair=False waiter's wait, and a lock freed that way and taken by
+-- nobody waits at most PAUSE_MS for the head. A head that does not receive that notice is
+-- skipped; the others behind a head that may be passed over ask again at least every
+-- RECHECK_MS, in case the head dies while the lock sits free.
 
 local FENCE_MS = 86400000 -- a free key's counter is forgotten a day after its last grant
 local GRACE_MS = 2000 -- a waiter retries when the lease it was told of ends; this covers delays
+local BARGE_MS = 10 -- fair=False: a queue's head may be passed over for this long ...
+local BARGE_MAX = 32 -- ... and at most this many times (the bound when the clock steps back)
+local PAUSE_MS = 2 -- a head whose lock was freed past it asks again after this long
+local RECHECK_MS = 1000 -- waiters behind a head that may be passed over ask at least this often
 local op = ARGV[1]
 local L = KEYS[1]
 
@@ -46,8 +74,14 @@ local function holder_id()
   return current and string.sub(current, 1, 40), current
 end
 
+local clock -- the server's TIME, read once per call (a script runs atomically)
+local function time()
+  clock = clock or redis.call('time')
+  return clock
+end
+
 local function now_ms()
-  local t = redis.call('time')
+  local t = time()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
@@ -56,7 +90,7 @@ end
 -- unless the clock stepped back further than the time since the last grant; the floor carries
 -- them over that too, for every client that saw the higher token.
 local function next_token(F, floor)
-  local t = redis.call('time')
+  local t = time()
   local token = math.max(tonumber(redis.call('get', F) or '0') + 1,
     tonumber(t[1]) * 1000000 + tonumber(t[2]), tonumber(floor) + 1)
   if token >= 2 ^ 53 then -- past here a Lua number cannot add 1 (a clock set centuries ahead)
@@ -67,25 +101,54 @@ local function next_token(F, floor)
   return token
 end
 
+-- A queue entry's fields: expiry ms, lease ms, channel, fair (a boolean), holder. An entry
+-- without the fair=False mark ('~' before the holder) is fair: it is served in order.
+local function parse(entry)
+  if not entry then return nil end
+  local expires, lease, channel, mark, holder =
+    string.match(entry, '^(%d+)|(%d+)|([^|]*)|(~?)(.*)$')
+  return expires, lease, channel, mark ~= '~', holder
+end
+
+-- The queue has a new head, or none: its time as the head starts now, nobody has passed it
+-- yet, and 'h' names it (with its channel) if it may be passed over at all.
+local function new_head(Q, E)
+  local head = redis.call('zrange', Q, 0, 0)[1]
+  if not head then
+    redis.call('del', E)
+    return
+  end
+  local _, _, channel, fair = parse(redis.call('hget', E, head))
+  redis.call('hset', E, 't', string.format('%.0f', now_ms()), 'n', '0')
+  redis.call('hdel', E, 'w')
+  if channel and not fair then
+    redis.call('hset', E, 'h', head .. '|' .. channel)
+  else
+    redis.call('hdel', E, 'h')
+  end
+end
+
+-- Take `id` out of the queue, if it is there.
+local function drop(Q, E, id)
+  if not redis.call('zscore', Q, id) then return end
+  local was_head = redis.call('zrange', Q, 0, 0)[1] == id
+  redis.call('zrem', Q, id)
+  redis.call('hdel', E, id)
+  if was_head then new_head(Q, E) end
+end
+
 -- Give the free lock to the oldest waiter that is still there. A notice that nobody received
 -- (PUBLISH counts 0: the waiter's process died or its listener is down) means nobody would take
 -- the lock up: the next waiter is served at once instead of the key idling for a lease. A
 -- waiter that is alive but was skipped finds out on its next attempt and queues again.
 -- Returns the id and token of the waiter served, or nil; `me` (the caller) gets no notice.
 local function hand_over(F, Q, E, floor, me)
-  local now
   while true do
     local head = redis.call('zrange', Q, 0, 0)[1]
     if not head then return nil end
-    now = now or now_ms()
-    redis.call('zrem', Q, head)
-    local entry = redis.call('hget', E, head)
-    redis.call('hdel', E, head)
-    local expires, lease, channel, holder
-    if entry then
-      expires, lease, channel, holder = string.match(entry, '^(%d+)|(%d+)|([^|]*)|(.*)$')
-    end
-    if expires and tonumber(expires) > now then
+    local expires, lease, channel, _, holder = parse(redis.call('hget', E, head))
+    drop(Q, E, head)
+    if expires and tonumber(expires) > now_ms() then
       local token = next_token(F, floor)
       redis.call('set', L, head .. '|' .. token .. '|' .. holder, 'px', lease)
       if head == me or redis.call('publish', channel, head .. '|' .. token) > 0 then
@@ -96,25 +159,63 @@ local function hand_over(F, Q, E, floor, me)
   end
 end
 
-local function free(F, Q, E, floor)
+-- The queue's barging state: may a fair=False caller take the free lock past it now? Only
+-- while its head is a fair=False waiter that became the head less than BARGE_MS ago by the
+-- server clock, fewer than BARGE_MAX locks were taken past it, and no fair=True waiter joined.
+-- A clock stepped back makes the head look young: the count still bounds it; stepped forward,
+-- the order is kept. Also returns that head's id and channel, the head told when to ask
+-- ('w'), and when the head became the head.
+local function barging(E)
+  local s = redis.call('hmget', E, 'h', 't', 'n', 's', 'w', 'l')
+  local head, channel
+  if s[1] then head, channel = string.match(s[1], '^(%x+)|(.*)$') end
+  local since = tonumber(s[2] or '0')
+  local may = head ~= nil and not s[4] and tonumber(s[3] or '0') < BARGE_MAX
+    and now_ms() - since < BARGE_MS
+  return may, head, channel, s[5], since, s[6]
+end
+
+-- `by`: the releasing holder's process ('<host> pid <pid>'), the only one that may take the
+-- lock straight back past the queue (a process that was merely slow to ask may not: two
+-- processes would take turns, switching on every section as strict order does).
+local function free(F, Q, E, floor, by)
   redis.call('del', L)
+  if redis.call('exists', Q) == 0 then return end
+  local may, head, channel, told, _, last = barging(E)
+  if may then
+    -- Freed past the queue. The head is told when to ask again, once; one that knows is not
+    -- told again (if it died meanwhile, the release after its time skips it, and the others
+    -- ask within RECHECK_MS if none comes).
+    if told == head then
+      if last ~= by then redis.call('hset', E, 'l', by) end
+      return
+    elseif redis.call('publish', channel, head .. '|@' .. PAUSE_MS) > 0 then
+      redis.call('hset', E, 'w', head, 'l', by)
+      return
+    end
+  end
   hand_over(F, Q, E, floor, nil)
 end
 
 if op == 'acquire' then
   local F, Q, E = KEYS[2], KEYS[3], KEYS[4]
   local id, lease, holder, channel, floor = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+  local fair = ARGV[7] ~= '0'
   -- A blocking caller queues (or keeps its place) and its entry is renewed to outlive the
   -- lease it is about to be told of, whatever its own lease: it tries again when that ends.
   local function join(pttl)
     if channel == '' then return end
+    local first = false
     if not redis.call('zscore', Q, id) then
       local last = redis.call('zrange', Q, -1, -1, 'withscores')[2]
       redis.call('zadd', Q, (tonumber(last) or 0) + 1, id)
+      first = not last
     end
     local keep = math.max(pttl, 0) + 2 * tonumber(lease) + GRACE_MS
     redis.call('hset', E, id, string.format('%.0f', now_ms() + keep) .. '|' .. lease .. '|'
-      .. channel .. '|' .. holder)
+      .. channel .. '|' .. (fair and '' or '~') .. holder)
+    if fair then redis.call('hset', E, 's', '1') end
+    if first then new_head(Q, E) end
     for _, k in ipairs({Q, E}) do
       if redis.call('pttl', k) < keep then redis.call('pexpire', k, keep) end
     end
@@ -128,15 +229,45 @@ if op == 'acquire' then
     end
     local pttl = redis.call('pttl', L)
     join(pttl)
+    if channel ~= '' and not fair then
+      local may, head, _, told, since = barging(E)
+      if may and head == id then
+        -- the head of a queue that may be passed over asks again when that ends (never
+        -- past BARGE_MS from now: the clock may have stepped back), so releases until then
+        -- need not tell it (see free)
+        if told ~= id then redis.call('hset', E, 'w', id) end
+        return {0, pttl, math.max(1, math.min(pttl, BARGE_MS, since + BARGE_MS - now_ms()))}
+      end
+      -- a head answered without a time to ask must be told of the next release
+      if told == id then redis.call('hdel', E, 'w') end
+      if may then return {0, pttl, math.max(1, math.min(pttl, RECHECK_MS))} end
+    end
     return {0, pttl}
   end
   if redis.call('exists', Q) == 1 then
-    -- Expired without a release while others queue: serve them in order. A queued caller
-    -- keeps its place; a new blocking one joins at the tail; a non-blocking one only looks.
-    join(0)
-    local to, token = hand_over(F, Q, E, floor, id)
-    if to == id then return {1, token} end
-    if to then return {0, redis.call('pttl', L)} end
+    local may, head, last = false, nil, nil
+    if channel ~= '' and not fair then
+      local _
+      may, head, _, _, _, last = barging(E)
+    end
+    if may and head ~= id and last == holder then
+      -- fair=False, the head is young, and this process freed it: take it back
+      drop(Q, E, id)
+      redis.call('hincrby', E, 'n', 1)
+    elseif may and head ~= id then
+      -- freed past a young head by another process, which may take it back: queue (or keep
+      -- our place) as if it were held; the head asks for it soon enough if nobody does
+      join(0)
+      return {0, 0, RECHECK_MS}
+    else
+      -- Expired without a release, or freed and the head asks: serve the queue in order. A
+      -- queued caller keeps its place; a new blocking one joins at the tail; a non-blocking
+      -- one only looks.
+      join(0)
+      local to, token = hand_over(F, Q, E, floor, id)
+      if to == id then return {1, token} end
+      if to then return {0, redis.call('pttl', L)} end
+    end
   end
   local token = next_token(F, floor)
   redis.call('set', L, id .. '|' .. token .. '|' .. holder, 'px', lease)
@@ -147,12 +278,17 @@ if op == 'release' or op == 'leave' then
   local F, Q, E = KEYS[2], KEYS[3], KEYS[4]
   local id = id_of(ARGV[2])
   if op == 'leave' then
-    -- a waiter gives up; a lock handed to it meanwhile is passed on, not kept
-    redis.call('zrem', Q, id)
-    redis.call('hdel', E, id)
+    -- a waiter gives up; a lock handed to it meanwhile is passed on, not kept, and one freed
+    -- past the queue (the head that left would have asked for it) goes to the next in order
+    drop(Q, E, id)
+    if redis.call('exists', L) == 0 then
+      hand_over(F, Q, E, ARGV[3], nil)
+      return 0
+    end
   end
-  if holder_id() == id then
-    free(F, Q, E, ARGV[3])
+  local current_id, current = holder_id()
+  if current_id == id then
+    free(F, Q, E, ARGV[3], string.match(current, '^[^|]*|[^|]*|(.*)$'))
     return 1
   end
   return 0
@@ -160,7 +296,7 @@ end
 
 if op == 'force' then
   if redis.call('exists', L) == 1 then
-    free(KEYS[2], KEYS[3], KEYS[4], ARGV[2])
+    free(KEYS[2], KEYS[3], KEYS[4], ARGV[2], '')
     return 1
   end
   return 0
