@@ -102,13 +102,13 @@ def _raw_floor(url: str) -> LockFactory:
     return factory
 
 
-def _lockkit(url: str, *, auto_renew: bool = True) -> LockFactory:
+def _lockkit(url: str, *, auto_renew: bool = True, fair: bool = False) -> LockFactory:
     from lockkit_core import LockKit
 
     kit = LockKit(url, ttl=TTL, auto_renew=auto_renew)
 
     def factory(key: str) -> tuple[Acquire, Release]:
-        lock = kit.lock(key)
+        lock = kit.lock(key, fair=fair)
         return lock.acquire, lock.release
 
     return factory
@@ -120,6 +120,10 @@ def _lockkit_default(url: str) -> LockFactory:
 
 def _lockkit_no_renew(url: str) -> LockFactory:
     return _lockkit(url, auto_renew=False)
+
+
+def _lockkit_fair(url: str) -> LockFactory:
+    return _lockkit(url, fair=True)
 
 
 def _redis_py(url: str) -> LockFactory:
@@ -197,12 +201,13 @@ def _portalocker(directory: str) -> LockFactory:
 
 _FILE_BACKEND = "lockkit_core.backends.file"
 _FILE_WAIT = "FIFO queue, datagram on hand-over"
-_REDIS_WAIT = "FIFO queue, pub/sub hand-over"
+_REDIS_WAIT = "queue, pub/sub hand-over; bounded barging"
 
 CONTENDERS: tuple[Contender, ...] = (
     Contender("raw floor (SET NX PX + CAD)", "redis", _raw_floor, "polls every 1 ms"),
     Contender("lockkit", "redis", _lockkit_default, _REDIS_WAIT),
     Contender("lockkit auto_renew=False", "redis", _lockkit_no_renew, _REDIS_WAIT),
+    Contender("lockkit fair=True", "redis", _lockkit_fair, "FIFO queue, pub/sub hand-over"),
     Contender("redis-py Lock", "redis", _redis_py, "polls every 0.1 s (default)"),
     Contender("python-redis-lock", "redis", _python_redis_lock, "BLPOP on a signal list"),
     Contender("pottery Redlock (1 master)", "redis", _pottery, "random sleep 0-0.2 s"),

@@ -137,7 +137,8 @@ def test_the_server_sees_only_digests_of_owner_secrets(redis_server: RedisServer
         assert holder.acquire()
         secrets_seen = [holder.owner]
         got, done = threading.Event(), threading.Event()
-        waiting = other.lock("secret", timeout=5)
+        # fair=True: a release hands over (and publishes) even while the waiter is new
+        waiting = other.lock("secret", timeout=5, fair=True)
 
         def wait() -> None:
             if waiting.acquire():

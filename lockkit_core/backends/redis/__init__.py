@@ -16,7 +16,8 @@ Redis Cluster serves each script on one node and no data moves when a deployment
 - ``lockkit:{<full>}:q``: the wait queue, a sorted set of owner ids scored by arrival number
   (a counter, never a clock: a clock step cannot reorder waiters).
 - ``lockkit:{<full>}:e``: a hash, owner id -> ``<expiry ms>|<lease ms>|<channel>|<holder>``
-  for each queued waiter.
+  for each queued waiter (``~<holder>`` for a ``fair=False`` one), and the queue's barging
+  state (``t``, ``n``, ``h``, ``w``, ``l``, ``s``; see ``lua/lock.lua``).
 - ``lockkit:w:<random>``: the notice channel of one waiting process (pub/sub, not a key).
 
 A key whose text makes the tag empty (``full`` starting with ``}``) would spread its keys over
@@ -47,14 +48,31 @@ queue entry outlives the holder's remaining lease (which the caller is told, and
 tries again, renewing the entry), whatever either side's ttl. A release hands the lock straight
 to the oldest waiter (with a new token) and publishes ``<id>|<token>`` on that waiter's
 process channel only; one listener thread per backend wakes the waiter, which owns the lock
-already: waiters are served in arrival order (``fair=True`` comes for free) and a hand-over
-costs no extra round trip. A notice nobody receives (PUBLISH counts 0: the waiter's process died,
-or its listener is reconnecting) is not waited on: the next waiter is served in the same call, and
-a live waiter skipped that way queues again on its next attempt. The listener checks its
-connection (PING) after half a second of silence and reconnects when no answer comes within half
-a second, so a half-open link costs a waiter about a second; while it is down, waiters poll
-with short backoff. A notice for a waiter that left without telling the server (after an
-outage) is passed on by the listener at once.
+already: waiters are served in arrival order and a hand-over costs no extra round trip.
+
+**Bounded barging** (``fair=False``, the default). Handing over on every release switches
+process on every critical section; a releaser that asks again at once would take the lock with
+no switch. So while the queue's head is a ``fair=False`` waiter that has been the head for less
+than ``BARGE_MS`` (10 ms) and was passed over fewer than ``BARGE_MAX`` (32) times, and no
+``fair=True`` waiter has joined, a release only frees the lock, and a blocking ``fair=False``
+caller *of the process that released it* (``<host> pid <pid>``) may take it back. Another
+process asking then queues as if the lock were held: two processes taking turns past the queue
+would switch on every section again. The head is never told "free" to race the releaser: it is
+told when to ask (``<id>|@<ms>``: ``PAUSE_MS``, 2 ms, after the release) or its busy answer says
+so (when its time as the head is up: ``RedisWaiter.ask_at``); past the bounds the next release
+hands over in order. So a lock freed that way and taken by nobody waits about 2 ms for the head,
+and each waiter ahead adds at most about 10 ms to a ``fair=False`` wait. Waiters behind such a
+head ask again at least every second, in case the head dies while the lock sits free; a head
+that left without a word after an outage is left for by its process at its time to ask. The
+server clock only moves the 10 ms bound: a clock stepped back is bounded by the count.
+
+A notice nobody receives (PUBLISH counts 0: the waiter's process died, or its listener is
+reconnecting) is not waited on: the next waiter is served in the same call, and a live waiter
+skipped that way queues again on its next attempt. The listener checks its connection (PING)
+after half a second of silence and reconnects when no answer comes within half a second, so a
+half-open link costs a waiter about a second; while it is down, waiters poll with short backoff.
+A notice for a waiter that left without telling the server (after an outage) is passed on by the
+listener at once.
 
 Limits, for the Cluster work: on a multi-node cluster PUBLISH counts only subscribers on the
 node that runs the script, so notices should move to sharded pub/sub (``SPUBLISH`` on a channel
