@@ -254,3 +254,46 @@ def test_black_holed_link_raises_within_timeout_plus_socket_timeout(
                 assert held.owned()
         finally:
             far.close()
+
+
+def test_an_attempt_abandoned_in_an_outage_does_not_hold_the_key_after_it(
+    own_server: EtcdServer, direct: LockKit, namespace: str
+) -> None:
+    """A waiter's attempt sent into a black hole is delivered when the link heals (as TCP
+    retransmits it), after its caller gave up: if it takes the key then, nobody may hold it
+    for the whole lease. The lease it was sent under is revoked once the store answers."""
+    with TcpProxy("127.0.0.1", own_server.port()) as proxy:
+        far = LockKit(
+            proxy.url_for("etcd", None, socket_timeout=0.5, connect_timeout=0.5),
+            namespace=namespace,
+            ttl=10,
+        )
+        try:
+            holder = direct.lock("late")
+            assert holder.acquire()
+            failed: list[BaseException] = []
+
+            def wait_for_it() -> None:
+                try:
+                    far.lock("late", timeout=2).acquire()
+                except BackendUnavailable as exc:
+                    failed.append(exc)
+
+            waiter = threading.Thread(target=wait_for_it)
+            waiter.start()
+            time.sleep(0.3)  # queued, watching the holder; its next attempt goes dark
+            proxy.partition()
+            waiter.join(5)
+            assert failed, "the waiter did not raise BackendUnavailable on a dark link"
+            holder.release()  # the key is free when the held attempt arrives
+            proxy.heal()
+            time.sleep(0.3)
+            with far.lock("other", timeout=2):  # the store answers this kit again
+                pass
+            start = time.monotonic()
+            with direct.lock("late", timeout=5) as held:
+                assert held.owned()
+            waited = time.monotonic() - start
+            assert waited < 2.0, f"the key was held {waited:.1f} s by an attempt nobody made"
+        finally:
+            far.close()

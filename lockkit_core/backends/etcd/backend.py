@@ -77,6 +77,7 @@ class EtcdBackend(Backend):
         return Record.value(owner_id(owner), ttl, self._holder + str(os.getpid()))
 
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
+        self.leases.revoke_abandoned()
         waiter = self.queue.get(key, owner)
         lease = waiter.lock_lease(ttl) if waiter is not None else self.leases.grant(ttl)
         acquired = False
@@ -304,6 +305,7 @@ class EtcdBackend(Backend):
         return self.adopt(key, owner, ttl).acquired
 
     def adopt(self, key: str, owner: str, ttl: float) -> Grant:
+        self.leases.revoke_abandoned()  # renewals come here: a kit that only holds cleans up
         found = self._mine(key, owner)
         if found is None:
             return Grant(False)

@@ -9,10 +9,12 @@ import time
 from .client import GatewayClient, LeaseNotFound
 from .layout import LeaseRef
 
-__all__ = ["LEASE_MARGIN", "Leases"]
+__all__ = ["ABANDONED_MAX", "LEASE_MARGIN", "Leases"]
 
 #: a lease must outlast the ttl it backs by this much when it is put under a record
 LEASE_MARGIN = 0.5
+#: leases given up in an outage that are remembered for revoking
+ABANDONED_MAX = 100
 
 
 class Leases:
@@ -21,6 +23,10 @@ class Leases:
 
     def __init__(self, client: GatewayClient) -> None:
         self.client = client
+        #: leases we gave up while the store could not be reached, revoked when it answers
+        #: again: a request sent under one before the outage may still arrive (TCP delivers
+        #: it when the link heals) and take a key for a caller that is gone
+        self._abandoned: list[int] = []
 
     def grant(self, ttl: float) -> LeaseRef:
         """A new lease that outlasts ``ttl`` by at least ``LEASE_MARGIN`` when it is used
@@ -48,8 +54,20 @@ class Leases:
 
     def revoke(self, lease_id: int, *, reachable: bool = True) -> None:
         """Revoke a lease we no longer need (its keys go with it). When the store has just
-        failed we make no round trip: the lease then ends by its TTL."""
-        if not reachable or not lease_id:
+        failed we make no round trip: the lease is revoked by :meth:`revoke_abandoned`."""
+        if not lease_id:
+            return
+        if not reachable:
+            self._abandoned = [*self._abandoned[-ABANDONED_MAX + 1 :], lease_id]
             return
         with contextlib.suppress(LeaseNotFound):  # expired or revoked already
             self.client.call("lease/revoke", {"ID": lease_id}, "revoke a lease")
+
+    def revoke_abandoned(self) -> None:
+        """Revoke the leases given up in an outage (called before each operation, so the
+        first that reaches the store does it); those it cannot reach stay for the next."""
+        while self._abandoned:
+            lease_id = self._abandoned[0]
+            self.revoke(lease_id)  # raises while the store is still out of reach
+            with contextlib.suppress(ValueError):
+                self._abandoned.remove(lease_id)
