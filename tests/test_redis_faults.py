@@ -375,3 +375,36 @@ def test_proxy_reset_is_seen_as_an_outage_not_as_busy(
     finally:
         far.close()
 
+
+
+def test_an_attempt_abandoned_in_an_outage_does_not_hold_the_key_after_it(
+    proxy: TcpProxy, direct: LockKit, namespace: str
+) -> None:
+    """An attempt sent into a black hole is delivered when the link heals (as TCP retransmits
+    it), after its caller gave up with BackendUnavailable: if it takes the key then, nobody
+    may hold it for the whole lease. The next call that reaches the store gives it back."""
+    far = LockKit(
+        proxy.url_for("redis", 0, socket_timeout=0.5, socket_connect_timeout=0.5),
+        namespace=namespace,
+        ttl=10,
+    )
+    try:
+        with far.lock("warm-up"):
+            pass  # connected
+        holder = direct.lock("late")
+        assert holder.acquire()
+        proxy.partition()
+        with pytest.raises(BackendUnavailable):
+            far.lock("late").acquire(blocking=False)  # held in the proxy, not lost
+        holder.release()  # the key is free when the held attempt arrives
+        proxy.heal()
+        time.sleep(0.3)
+        with far.lock("other", timeout=2):  # the store answers this kit again
+            pass
+        start = time.monotonic()
+        with direct.lock("late", timeout=5) as held:
+            assert held.owned()
+        waited = time.monotonic() - start
+        assert waited < 2.0, f"the key was held {waited:.1f} s by an attempt nobody made"
+    finally:
+        far.close()

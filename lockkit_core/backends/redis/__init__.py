@@ -72,7 +72,10 @@ skipped that way queues again on its next attempt. The listener checks its conne
 after half a second of silence and reconnects when no answer comes within half a second, so a
 half-open link costs a waiter about a second; while it is down, waiters poll with short backoff.
 A notice for a waiter that left without telling the server (after an outage) is passed on by the
-listener at once.
+listener at once. An attempt whose caller got ``BackendUnavailable`` may still reach the server
+when the link heals (TCP delivers it late) and take the key for an owner that is gone: the
+backend's next attempts and renewals give back (``leave``) what such attempts may have taken,
+once a second, for a minute plus two ttls after each (an owner token serves one acquisition).
 
 Limits, for the Cluster work: on a multi-node cluster PUBLISH counts only subscribers on the
 node that runs the script, so notices should move to sharded pub/sub (``SPUBLISH`` on a channel

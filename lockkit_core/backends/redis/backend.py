@@ -6,6 +6,7 @@ import inspect
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -26,6 +27,10 @@ __all__ = ["RedisBackend"]
 log = logging.getLogger("lockkit.redis")
 
 T = TypeVar("T")
+
+#: how long (seconds, plus two ttls) an attempt that failed in an outage is given back for:
+#: its request may still arrive when the link heals, and set a lease of one ttl from then
+ABANDONED_FOR = 60.0
 
 
 class RedisBackend(Backend):
@@ -109,6 +114,12 @@ class RedisBackend(Backend):
         self._floor = 0
         self._holder = f"{socket.gethostname()} pid "
         self._listener = Listener(self)
+        # Attempts whose caller got BackendUnavailable: the request may still reach the server
+        # (TCP delivers it when the link heals) and take the key for an owner that is gone.
+        # (key, owner) -> when to stop giving it back; see _give_back_abandoned.
+        self._abandoned: dict[tuple[str, str], float] = {}
+        self._abandoned_lock = threading.Lock()
+        self._give_back_at = 0.0
 
     # -- error boundary ------------------------------------------------------------------------
 
@@ -149,7 +160,39 @@ class RedisBackend(Backend):
         self._floor = max(self._floor, token)
         return token
 
+    def _give_back_abandoned(self) -> None:
+        """Give back (leave) what abandoned attempts may have taken, at most once a second
+        and for ABANDONED_FOR seconds after each: an owner token serves one acquisition, so
+        nobody holds under it legitimately any more."""
+        now = time.monotonic()
+        with self._abandoned_lock:
+            if now < self._give_back_at:
+                return
+            self._give_back_at = now + 1.0
+            for item in [item for item, until in self._abandoned.items() if until < now]:
+                del self._abandoned[item]
+            pending = list(self._abandoned)
+        for key, owner in pending:
+            try:
+                self.leave(key, owner)
+            except BackendUnavailable:
+                raise  # still out of reach: the caller's attempt would fail the same way
+            except BackendError as exc:
+                log.warning("could not give back an abandoned attempt on %s: %s", key, exc)
+                with self._abandoned_lock:
+                    self._abandoned.pop((key, owner), None)
+
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
+        if self._abandoned:
+            self._give_back_abandoned()
+        try:
+            return self._try_acquire(key, owner, ttl)
+        except BackendUnavailable:
+            with self._abandoned_lock:
+                self._abandoned[(key, owner)] = time.monotonic() + ABANDONED_FOR + 2 * ttl
+            raise
+
+    def _try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         keys = stored_keys(stored_key(key))
         ms = max(1, int(ttl * 1000))
         holder = self._holder + str(os.getpid())
@@ -194,6 +237,8 @@ class RedisBackend(Backend):
         )
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
+        if self._abandoned:
+            self._give_back_abandoned()  # renewals come here: a kit that only holds cleans up
         lock_key = stored_key(key)
         ms = max(1, int(ttl * 1000))
         done = self._call(
