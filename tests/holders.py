@@ -25,9 +25,19 @@ class Holder:
     ) -> None:
         self.wait = wait  # how long expect() waits for a line unless told otherwise
         self.proc = subprocess.Popen(
-            [sys.executable, str(HOLDER), url, namespace, key, str(ttl),
-             "1" if auto_renew else "0"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+            [
+                sys.executable,
+                str(HOLDER),
+                url,
+                namespace,
+                key,
+                str(ttl),
+                "1" if auto_renew else "0",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
@@ -129,3 +139,16 @@ def check_sigstopped_holder_loses_the_lock_and_finds_out_on_resume(
         taker.release()
     finally:
         holder.close()
+
+
+def check_no_ghost_holds_the_key(far: LockKit, direct: LockKit, key: str) -> None:
+    """After an outage healed: once ``far`` reaches the store again (any lock), ``direct``
+    gets ``key`` at once, however an attempt of ``far`` abandoned in the outage ended."""
+    time.sleep(0.3)  # what the link held back arrives
+    with far.lock("other", timeout=2):  # the store answers this kit again
+        pass
+    start = time.monotonic()
+    with direct.lock(key, timeout=5) as held:
+        assert held.owned()
+    waited = time.monotonic() - start
+    assert waited < 2.0, f"the key was held {waited:.1f} s by an attempt nobody made"

@@ -86,6 +86,15 @@ class _Queued:
         handed = self.waiter.wait(timeout)
         return handed, time.monotonic() - start
 
+    def takes(self, handed: Grant | None) -> None:
+        """After a wait: handed the lock, or (told to ask) asks and gets it; then frees it."""
+        acquired = (
+            handed is not None or self.backend.try_acquire(self.key, self.owner, TTL).acquired
+        )
+        self.waiter.close(acquired)
+        assert acquired, "the waiter did not get the free lock"
+        assert self.backend.release(self.key, self.owner)
+
     def served(self) -> bool:
         """Told it holds the lock, or (its time to ask again came first) asks and finds so."""
         handed, took = self.wait()
@@ -93,6 +102,14 @@ class _Queued:
         if handed is not None:
             return handed.acquired
         return self.backend.try_acquire(self.key, self.owner, TTL).acquired
+
+
+def _held(kit: LockKit) -> tuple[RedisBackend, str, str]:
+    """The backend, the key, and the owner that holds the key now."""
+    backend, key = _backend(kit), f"{kit.namespace}:k"
+    holder = secrets.token_hex(16)
+    assert backend.try_acquire(key, holder, TTL).acquired
+    return backend, key, holder
 
 
 def _ask(kit: LockKit, fair: bool) -> tuple[str, Waiter, bool]:
@@ -106,9 +123,7 @@ def _ask(kit: LockKit, fair: bool) -> tuple[str, Waiter, bool]:
 def test_a_fair_false_releaser_takes_the_lock_again_past_a_young_queue(
     kit: LockKit, raw: redis.Redis
 ) -> None:
-    backend, key = _backend(kit), f"{kit.namespace}:k"
-    holder = secrets.token_hex(16)
-    assert backend.try_acquire(key, holder, TTL).acquired
+    backend, key, holder = _held(kit)
     queued = _Queued(kit, fair=False)
     barged = 0
     for _ in range(5):  # a slow machine may age the head past BARGE_MS between two calls
@@ -139,9 +154,7 @@ def test_a_fair_false_releaser_takes_the_lock_again_past_a_young_queue(
 def test_a_fair_false_waiter_is_passed_over_at_most_barge_max_times(
     kit: LockKit, raw: redis.Redis
 ) -> None:
-    backend, key = _backend(kit), f"{kit.namespace}:k"
-    holder = secrets.token_hex(16)
-    assert backend.try_acquire(key, holder, TTL).acquired
+    backend, key, holder = _held(kit)
     queued = _Queued(kit, fair=False)
     passed = 0
     for _ in range(5 * BARGE_MAX):
@@ -163,9 +176,7 @@ def test_a_fair_false_waiter_is_passed_over_at_most_barge_max_times(
 def test_a_fair_false_waiter_that_waited_past_the_bound_is_handed_the_lock(
     kit: LockKit, raw: redis.Redis
 ) -> None:
-    backend, key = _backend(kit), f"{kit.namespace}:k"
-    holder = secrets.token_hex(16)
-    assert backend.try_acquire(key, holder, TTL).acquired
+    backend, key, holder = _held(kit)
     queued = _Queued(kit, fair=False)
     time.sleep(2 * BARGE_MS / 1000)
     assert backend.release(key, holder)
@@ -184,9 +195,7 @@ def test_a_fair_waiter_in_the_queue_keeps_every_release_in_order(
 ) -> None:
     """fair=True waiters are served strictly in arrival order, whether they are the head or
     behind a fair=False head: no caller takes the lock past them."""
-    backend, key = _backend(kit), f"{kit.namespace}:k"
-    holder = secrets.token_hex(16)
-    assert backend.try_acquire(key, holder, TTL).acquired
+    backend, key, holder = _held(kit)
     first = _Queued(kit, fair=fair_head)
     second = _Queued(kit, fair=True)
     for queued in (first, second):
@@ -205,25 +214,18 @@ def test_a_head_that_may_be_passed_over_asks_again_by_itself_in_time(kit: LockKi
     """A release while the head may be passed over need not tell it, so its answer says when
     to ask again: a lock freed and taken by nobody waits for it a few milliseconds, not the
     holder's lease."""
-    backend, key = _backend(kit), f"{kit.namespace}:k"
-    holder = secrets.token_hex(16)
-    assert backend.try_acquire(key, holder, TTL).acquired
+    backend, key, holder = _held(kit)
     queued = _Queued(kit, fair=False)
     retry_after = queued.grant.retry_after
     assert retry_after is not None and retry_after <= BARGE_MS / 1000
     assert backend.release(key, holder)
     handed, took = queued.wait(TTL)  # as the acquire loop does, whatever the caller allows
     assert took < 0.5, f"the head slept {took:.2f} s on a free lock"
-    acquired = handed is not None or backend.try_acquire(key, queued.owner, TTL).acquired
-    queued.waiter.close(acquired)
-    assert acquired
-    assert backend.release(key, queued.owner)
+    queued.takes(handed)
 
 
 def test_a_fair_waiter_is_told_the_holders_lease_not_a_turn(kit: LockKit) -> None:
-    backend, key = _backend(kit), f"{kit.namespace}:k"
-    holder = secrets.token_hex(16)
-    assert backend.try_acquire(key, holder, TTL).acquired
+    backend, key, holder = _held(kit)
     queued = _Queued(kit, fair=True)
     assert queued.grant.retry_after is not None and queued.grant.retry_after > TTL / 2
     queued.waiter.close(False)
@@ -231,37 +233,27 @@ def test_a_fair_waiter_is_told_the_holders_lease_not_a_turn(kit: LockKit) -> Non
 
 
 def test_a_head_told_the_lock_is_free_that_leaves_tells_the_next(kit: LockKit) -> None:
-    backend, key = _backend(kit), f"{kit.namespace}:k"
-    holder = secrets.token_hex(16)
-    assert backend.try_acquire(key, holder, TTL).acquired
+    backend, key, holder = _held(kit)
     first = _Queued(kit, fair=False)
     second = _Queued(kit, fair=False)
     assert backend.release(key, holder)  # the head is young: told "free", or handed it
     first.waiter.close(False)  # gives up (its timeout): leaves the queue
     handed, took = second.wait()
     assert took < 1.0, f"the next waiter slept {took:.2f} s on a free lock"
-    acquired = handed is not None or backend.try_acquire(key, second.owner, TTL).acquired
-    second.waiter.close(acquired)
-    assert acquired
-    assert backend.release(key, second.owner)
+    second.takes(handed)
 
 
 def test_a_head_that_left_without_a_word_is_left_for_at_its_turn(kit: LockKit) -> None:
     """A head that gave up without a round trip (the store had just failed) may head a queue
     that releases do not tell: its process leaves for it when it would have asked again."""
-    backend, key = _backend(kit), f"{kit.namespace}:k"
-    holder = secrets.token_hex(16)
-    assert backend.try_acquire(key, holder, TTL).acquired
+    backend, key, holder = _held(kit)
     gone = _Queued(kit, fair=False)
     second = _Queued(kit, fair=False)
     gone.waiter.close(False, reachable=False)
     assert backend.release(key, holder)
     handed, took = second.wait(TTL)
     assert took < 1.0, f"the next waiter slept {took:.2f} s on a free lock"
-    acquired = handed is not None or backend.try_acquire(key, second.owner, TTL).acquired
-    second.waiter.close(acquired)
-    assert acquired
-    assert backend.release(key, second.owner)
+    second.takes(handed)
 
 
 def _elsewhere(redis_server: Any, namespace: str) -> LockKit:
@@ -307,9 +299,7 @@ def test_a_head_told_of_a_lock_freed_past_it_takes_it_within_milliseconds(
     """A head that became the head after it last asked does not know when to ask: the
     release that frees the lock past it tells it; nobody takes the lock back, so the head
     takes it PAUSE_MS later, not when the holder's lease would have ended."""
-    backend, key = _backend(kit), f"{kit.namespace}:k"
-    holder = secrets.token_hex(16)
-    assert backend.try_acquire(key, holder, TTL).acquired
+    backend, key, holder = _held(kit)
     first = _Queued(kit, fair=False)
     second = _Queued(kit, fair=False)
     assert second.grant.retry_after is not None and second.grant.retry_after > BARGE_MS / 1000
@@ -317,9 +307,6 @@ def test_a_head_told_of_a_lock_freed_past_it_takes_it_within_milliseconds(
     assert backend.release(key, holder)
     start = time.monotonic()
     handed, _ = second.wait(TTL)  # as the acquire loop waits: the holder's lease, or less
-    acquired = handed is not None or backend.try_acquire(key, second.owner, TTL).acquired
+    second.takes(handed)
     took = time.monotonic() - start
-    second.waiter.close(acquired)
-    assert acquired
     assert took < 0.5, f"the head took {took:.2f} s to take a lock freed past it"
-    assert backend.release(key, second.owner)
