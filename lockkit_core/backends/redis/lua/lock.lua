@@ -175,14 +175,16 @@ local function barging(E)
   return may, head, channel, s[5], since, s[6]
 end
 
--- `by`: the releasing holder's process ('<host> pid <pid>'), the only one that may take the
--- lock straight back past the queue (a process that was merely slow to ask may not: two
--- processes would take turns, switching on every section as strict order does).
-local function free(F, Q, E, floor, by)
+-- `record`: the lease freed, '<id>|<token>|<holder>' ('' if unknown); its holder's process
+-- ('<host> pid <pid>') is the only one that may take the lock straight back past the queue
+-- (a process that was merely slow to ask may not: two processes would take turns,
+-- switching on every section as strict order does).
+local function free(F, Q, E, floor, record)
   redis.call('del', L)
   if redis.call('exists', Q) == 0 then return end
   local may, head, channel, told, _, last = barging(E)
   if may then
+    local by = string.match(record, '^[^|]*|[^|]*|(.*)$') or ''
     -- Freed past the queue. The head is told when to ask again, once; one that knows is not
     -- told again (if it died meanwhile, the release after its time skips it, and the others
     -- ask within RECHECK_MS if none comes).
@@ -288,7 +290,7 @@ if op == 'release' or op == 'leave' then
   end
   local current_id, current = holder_id()
   if current_id == id then
-    free(F, Q, E, ARGV[3], string.match(current, '^[^|]*|[^|]*|(.*)$'))
+    free(F, Q, E, ARGV[3], current)
     return 1
   end
   return 0
