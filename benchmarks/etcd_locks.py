@@ -172,9 +172,7 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def _contention_child(
-    name: str, url: str, settings: Settings, barrier: Any, results: Any
-) -> None:
+def _contention_child(name: str, url: str, settings: Settings, barrier: Any, results: Any) -> None:
     import os
 
     try:
@@ -203,8 +201,11 @@ def _contention(name: str, server: EtcdServer, settings: Settings, rtt_us: float
     barrier = _SPAWN.Barrier(settings.processes)
     results = _SPAWN.Queue()
     workers = [
-        _SPAWN.Process(target=_contention_child, args=(name, server.url, settings, barrier,
-                                                       results), daemon=True)
+        _SPAWN.Process(
+            target=_contention_child,
+            args=(name, server.url, settings, barrier, results),
+            daemon=True,
+        )
         for _ in range(settings.processes)
     ]
     for worker in workers:
@@ -261,8 +262,11 @@ def _one_waiter(url: str, rounds: int = 50) -> dict[str, Any]:
         times.append(got[0][0] - started)
         requests.append(got[0][1] - before)
     times.sort()
-    return {"handoff_p50": percentile(times, 50), "handoff_p99": percentile(times, 99),
-            "requests": statistics.median(requests)}
+    return {
+        "handoff_p50": percentile(times, 50),
+        "handoff_p99": percentile(times, 99),
+        "requests": statistics.median(requests),
+    }
 
 
 # -- 3. fairness ---------------------------------------------------------------------------------
@@ -294,8 +298,12 @@ def _fairness(name: str, url: str, settings: Settings) -> dict[str, Any]:
         in_order += order == list(range(len(others)))
         placed += sum(1 for i, got in enumerate(order) if got == i)
     total = settings.fair_rounds * settings.contenders
-    return {"library": name, "rounds": settings.fair_rounds,
-            "fifo_rounds": in_order / settings.fair_rounds, "in_place": placed / total}
+    return {
+        "library": name,
+        "rounds": settings.fair_rounds,
+        "fifo_rounds": in_order / settings.fair_rounds,
+        "in_place": placed / total,
+    }
 
 
 # -- report --------------------------------------------------------------------------------------
@@ -333,44 +341,65 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = QUICK if args.quick else Settings()
     with EtcdServer() as server:
         read_rtt, rtt = _round_trip_us(server.url)
-        print(f"etcd member at {server.url}; round trips: read {read_rtt:.0f} us, "
-              f"write {rtt:.0f} us", file=sys.stderr)
+        print(
+            f"etcd member at {server.url}; round trips: read {read_rtt:.0f} us, write {rtt:.0f} us",
+            file=sys.stderr,
+        )
         rows1, rows2, rows3 = [], [], []
         for name in CONTENDERS:
             print(f"  .. {name}", file=sys.stderr, flush=True)
             try:
-                found = _isolated(_uncontended_child, name, server.url, settings.cycles,
-                                  settings.warmup)
+                found = _isolated(
+                    _uncontended_child, name, server.url, settings.cycles, settings.warmup
+                )
                 rows1.append({"library": name, **found})
             except Exception as exc:
                 rows1.append({"library": name, "error": f"{type(exc).__name__}: {exc}"})
             rows2.append(_contention(name, server, settings, rtt))
             rows3.append(_isolated(_fairness, name, server.url, settings))
         one = _isolated(_one_waiter, server.url)
-    print(f"etcd {server.url}; round trip p50: read (kv/range) {read_rtt:.0f} us, write "
-          f"(kv/put) {rtt:.0f} us; hand-offs are counted in write round trips; ttl {TTL:g} s")
+    print(
+        f"etcd {server.url}; round trip p50: read (kv/range) {read_rtt:.0f} us, write "
+        f"(kv/put) {rtt:.0f} us; hand-offs are counted in write round trips; ttl {TTL:g} s"
+    )
     print()
-    print(report.render_table(
-        "1. uncontended acquire+release, one key, one process", UNCONTENDED, rows1))
+    print(
+        report.render_table(
+            "1. uncontended acquire+release, one key, one process", UNCONTENDED, rows1
+        )
+    )
     print()
-    print(report.render_table(
-        f"2. {settings.processes} processes, one key, {settings.hold * 1e3:g} ms sections, "
-        f"{settings.seconds:g} s", CONTENTION, rows2))
-    print(f"\n2b. one holder, one waiting thread (lockkit etcd://): hand-off p50 "
-          f"{one['handoff_p50'] * 1e3:.2f} ms, p99 {one['handoff_p99'] * 1e3:.2f} ms; requests "
-          f"from release() to the waiter's return: {one['requests']:g} (release's lease revoke, "
-          "the waiter's create transaction)")
+    print(
+        report.render_table(
+            f"2. {settings.processes} processes, one key, {settings.hold * 1e3:g} ms sections, "
+            f"{settings.seconds:g} s",
+            CONTENTION,
+            rows2,
+        )
+    )
+    print(
+        f"\n2b. one holder, one waiting thread (lockkit etcd://): hand-off p50 "
+        f"{one['handoff_p50'] * 1e3:.2f} ms, p99 {one['handoff_p99'] * 1e3:.2f} ms; requests "
+        f"from release() to the waiter's return: {one['requests']:g} (release's lease revoke, "
+        "the waiter's create transaction)"
+    )
     print()
-    print(report.render_table(
-        f"3. fairness: {settings.contenders} contenders ask 30 ms apart for a held key",
-        FAIRNESS, rows3))
+    print(
+        report.render_table(
+            f"3. fairness: {settings.contenders} contenders ask 30 ms apart for a held key",
+            FAIRNESS,
+            rows3,
+        )
+    )
     ours = next(r for r in rows2 if r["library"] == "lockkit etcd://")
     fair = next(r for r in rows3 if r["library"] == "lockkit etcd:// fair=True")
     print("\nlockkit targets")
     handoff = ours.get("handoff_rtt", float("nan"))
-    print(f"  {'met' if one['requests'] <= 2 else 'missed':<8} hand-off within 2 round trips: "
-          f"{one['requests']:g} requests on the critical path; measured p50 under "
-          f"{settings.processes} processes {handoff:.1f} write round trips of time")
+    print(
+        f"  {'met' if one['requests'] <= 2 else 'missed':<8} hand-off within 2 round trips: "
+        f"{one['requests']:g} requests on the critical path; measured p50 under "
+        f"{settings.processes} processes {handoff:.1f} write round trips of time"
+    )
     fifo = fair.get("fifo_rounds", 0.0)
     print(f"  {'met' if fifo == 1.0 else 'missed':<8} FIFO 100% with fair=True: {fifo:.0%}")
     return 0

@@ -105,8 +105,9 @@ def _uncontended(library: str, hosts: str, port: int, cycles: int) -> dict[str, 
     }
 
 
-def _contend(library: str, hosts: str, key: str, seconds: float, hold: float,
-             start_at: float, out: Any) -> None:
+def _contend(
+    library: str, hosts: str, key: str, seconds: float, hold: float, start_at: float, out: Any
+) -> None:
     acquire, release, close = _handle(library, hosts, key)
     spans = []
     try:
@@ -126,8 +127,9 @@ def _contend(library: str, hosts: str, key: str, seconds: float, hold: float,
         out.put(spans)
 
 
-def _handoff(library: str, hosts: str, port: int, processes: int, seconds: float,
-             hold: float) -> dict[str, Any]:
+def _handoff(
+    library: str, hosts: str, port: int, processes: int, seconds: float, hold: float
+) -> dict[str, Any]:
     key = f"h-{uuid.uuid4().hex[:8]}"
     out = _SPAWN.Queue()
     start_at = time.monotonic() + 3.0 + 0.3 * processes  # all started and connected
@@ -156,8 +158,9 @@ def _handoff(library: str, hosts: str, port: int, processes: int, seconds: float
     }
 
 
-def _queue_up(library: str, hosts: str, key: str, index: int, ready: Any, go: Any,
-              out: Any) -> None:
+def _queue_up(
+    library: str, hosts: str, key: str, index: int, ready: Any, go: Any, out: Any
+) -> None:
     acquire, release, close = _handle(library, hosts, key)
     try:
         go.wait(60)  # our turn to queue
@@ -176,16 +179,13 @@ def _fairness(library: str, hosts: str, processes: int) -> dict[str, Any]:
     acquire, release, close = _handle(library, hosts, key)
     watcher = KazooClient(hosts=hosts)
     watcher.start(10)
-    parent = (
-        f"/lockkit/locks/k{key}" if library == "lockkit" else f"/kazoo-bench/{key}"
-    )
+    parent = f"/lockkit/locks/k{key}" if library == "lockkit" else f"/kazoo-bench/{key}"
     out = _SPAWN.Queue()
     try:
         acquire()
         for i in range(processes):
             ready, go = _SPAWN.Event(), _SPAWN.Event()
-            _SPAWN.Process(target=_queue_up,
-                           args=(library, hosts, key, i, ready, go, out)).start()
+            _SPAWN.Process(target=_queue_up, args=(library, hosts, key, i, ready, go, out)).start()
             go.set()
             ready.wait(60)
             deadline = time.monotonic() + 30
@@ -223,28 +223,38 @@ def main(argv: list[str] | None = None) -> int:
             )
             row.update(_fairness(library, hosts, 8))
             rows.append(row)
-    print(f"ZooKeeper standalone on loopback (forceSync=no); one round trip (exists) p50 "
-          f"{rt * 1e6:.0f} us; {args.processes} processes hand off, holding "
-          f"{args.hold * 1e3:g} ms; fairness with 8 queued processes")
-    print(f"{'library':<14}{'uncont. mean':>13}{'p50':>8}{'p99':>8}{'req/cycle':>10}"
-          f"{'sections':>9}{'req/sect':>9}{'handoff p50':>12}{'p99':>9}{'in RTs':>7}"
-          f"{'overlap':>8}{'FIFO %':>7}")
+    print(
+        f"ZooKeeper standalone on loopback (forceSync=no); one round trip (exists) p50 "
+        f"{rt * 1e6:.0f} us; {args.processes} processes hand off, holding "
+        f"{args.hold * 1e3:g} ms; fairness with 8 queued processes"
+    )
+    print(
+        f"{'library':<14}{'uncont. mean':>13}{'p50':>8}{'p99':>8}{'req/cycle':>10}"
+        f"{'sections':>9}{'req/sect':>9}{'handoff p50':>12}{'p99':>9}{'in RTs':>7}"
+        f"{'overlap':>8}{'FIFO %':>7}"
+    )
     for r in rows:
-        print(f"{r['library']:<14}{r['mean_us']:>11.0f}us{r['p50_us']:>6.0f}us"
-              f"{r['p99_us']:>6.0f}us{r['requests']:>10.2f}{r['sections']:>9}"
-              f"{r['requests_per_section']:>9.1f}"
-              f"{r['handoff_p50_us']:>10.0f}us{r['handoff_p99_us']:>7.0f}us"
-              f"{r['handoff_p50_us'] / (rt * 1e6):>7.1f}{r['overlaps']:>8}{r['fifo_pct']:>7.0f}")
+        print(
+            f"{r['library']:<14}{r['mean_us']:>11.0f}us{r['p50_us']:>6.0f}us"
+            f"{r['p99_us']:>6.0f}us{r['requests']:>10.2f}{r['sections']:>9}"
+            f"{r['requests_per_section']:>9.1f}"
+            f"{r['handoff_p50_us']:>10.0f}us{r['handoff_p99_us']:>7.0f}us"
+            f"{r['handoff_p50_us'] / (rt * 1e6):>7.1f}{r['overlaps']:>8}{r['fifo_pct']:>7.0f}"
+        )
     ours, theirs = rows
     print("\nlockkit targets")
     verdicts = [
-        (ours["mean_us"] <= theirs["mean_us"],
-         f"uncontended no slower than kazoo's recipe: {ours['mean_us']:.0f} us vs "
-         f"{theirs['mean_us']:.0f} us, {ours['requests']:.2f} vs {theirs['requests']:.2f} "
-         "requests per cycle"),
-        (ours["handoff_p50_us"] <= 2 * rt * 1e6 * 1.5,
-         f"hand-off within 2 round trips: p50 {ours['handoff_p50_us']:.0f} us = "
-         f"{ours['handoff_p50_us'] / (rt * 1e6):.1f} x {rt * 1e6:.0f} us"),
+        (
+            ours["mean_us"] <= theirs["mean_us"],
+            f"uncontended no slower than kazoo's recipe: {ours['mean_us']:.0f} us vs "
+            f"{theirs['mean_us']:.0f} us, {ours['requests']:.2f} vs {theirs['requests']:.2f} "
+            "requests per cycle",
+        ),
+        (
+            ours["handoff_p50_us"] <= 2 * rt * 1e6 * 1.5,
+            f"hand-off within 2 round trips: p50 {ours['handoff_p50_us']:.0f} us = "
+            f"{ours['handoff_p50_us'] / (rt * 1e6):.1f} x {rt * 1e6:.0f} us",
+        ),
         (ours["fifo_pct"] == 100.0, f"FIFO order 100 %: {ours['fifo_pct']:.0f} %"),
         (ours["overlaps"] == 0, f"no overlapping sections: {ours['overlaps']}"),
     ]

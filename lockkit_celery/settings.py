@@ -44,7 +44,6 @@ DEFAULTS: Final[Mapping[str, Any]] = {
 DEFAULT_VISIBILITY_TIMEOUT: Final = 3600.0
 
 
-
 def _flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"lockkit option {name} must be True or False, got {value!r}")

@@ -268,8 +268,10 @@ def run_demo(
     if workers < 2 or orders < 1 or latency < 0:
         raise ConfigError("the demo needs at least 2 workers, 1 order and a latency >= 0")
     backend = _check_backend(url, namespace)
-    echo(f'lockkit demo: {workers} worker processes race to send the "payment received" SMS '
-         f"for the same {orders} orders")
+    echo(
+        f'lockkit demo: {workers} worker processes race to send the "payment received" SMS '
+        f"for the same {orders} orders"
+    )
     echo(f"backend: {backend}")
     echo("")
     seed = random.SystemRandom().randrange(1 << 30)

@@ -100,8 +100,9 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         ]
 
     def _list_url(self, prefix: str = "") -> str:
-        url = reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}"
-                      "_changelist")
+        url = reverse(
+            f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_changelist"
+        )
         return f"{url}?{urlencode({'prefix': prefix})}" if prefix else url
 
     def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
@@ -129,8 +130,13 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             log.error("the admin page could not list locks: %s", exc)
             error = str(exc)
         context = self._context(
-            request, "Held locks", rows=rows, prefix=prefix, error=error,
-            store=kit.admin.backend_info().url, namespace=kit.namespace,
+            request,
+            "Held locks",
+            rows=rows,
+            prefix=prefix,
+            error=error,
+            store=kit.admin.backend_info().url,
+            namespace=kit.namespace,
         )
         return TemplateResponse(request, self.list_template, context, status=503 if error else 200)
 
@@ -170,7 +176,10 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             messages.info(request, f"The lock {key!r} is already free.")
             return None
         context = self._context(
-            request, "Release this lock?", row=LockRow.of(info), prefix=prefix,
+            request,
+            "Release this lock?",
+            row=LockRow.of(info),
+            prefix=prefix,
             list_url=self._list_url(prefix),
         )
         return TemplateResponse(request, self.release_template, context)
@@ -201,4 +210,3 @@ def _detail(before: LockInfo | None) -> str:
     token = "" if before.token is None else f", token {before.token}"
     holder = "" if before.holder is None else f", held by {before.holder}"
     return f" (owner {before.owner_hint}{token}{holder})"
-

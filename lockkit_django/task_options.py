@@ -33,7 +33,6 @@ DEFAULTS: Final[Mapping[str, Any]] = {
 }
 
 
-
 def check_option(name: str, value: Any, where: str | None = None) -> Any:
     """Validate one option; a bad value is a :class:`ConfigError` naming ``where`` (the
     setting, e.g. ``LOCKKIT['TASKS']['TTL']``) or the keyword ``name``."""

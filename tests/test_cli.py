@@ -62,7 +62,7 @@ def test_list_prints_an_aligned_table(url: str, held: dict[str, Lock]) -> None:
     assert [row.split()[0] for row in rows] == ["order:42", "order:7", "shop:cart:1"]
     for column in ("TOKEN", "TTL LEFT", "HOLDER", "OWNER HINT"):
         start = header.index(column)
-        assert all(row[start - 2:start] == "  " and row[start] != " " for row in rows), column
+        assert all(row[start - 2 : start] == "  " and row[start] != " " for row in rows), column
     row = rows[0]
     lock = held["order:42"]
     assert lock.owner is not None
@@ -237,7 +237,12 @@ def test_backends_json() -> None:
     assert "cross_process" not in memory["capabilities"]
     assert data["file"]["current"] is False
     assert data["file"]["capabilities"] == [
-        "ttl", "fencing", "fair", "cross_process", "list", "hand_off"
+        "ttl",
+        "fencing",
+        "fair",
+        "cross_process",
+        "list",
+        "hand_off",
     ]
     assert data["redis"]["grade"] == "single-node"
     assert data["zookeeper"]["grade"] == "consensus"
@@ -317,7 +322,7 @@ def demo_rows(stdout: str) -> dict[str, list[int]]:
     rows = {}
     for line in stdout.splitlines():
         for name in ("without a lock", "with kit.lock()"):
-            rest = line[len(name):].split()
+            rest = line[len(name) :].split()
             if line.startswith(name) and len(rest) == 6 and rest[-1] == "s":
                 rows[name] = [int(cell) for cell in rest[:4]]
     return rows
@@ -374,8 +379,9 @@ class LeakyBackend(Backend):
 def test_demo_fails_when_the_lock_does_not_exclude(tmp_path: Path) -> None:
     """With a plug-in backend that grants every request, the locked run double-sends too:
     the demo must say so and exit 1. (Also shows the defaults reliably produce the race.)"""
-    env = plugin_env(tmp_path, {"leaky_backend": LEAKY_BACKEND},
-                     {"leaky": "leaky_backend:LeakyBackend"})
+    env = plugin_env(
+        tmp_path, {"leaky_backend": LEAKY_BACKEND}, {"leaky": "leaky_backend:LeakyBackend"}
+    )
     proc = run_lockkit("--url", "leaky://", "demo", env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     orders, sent, duplicated, missing = demo_rows(proc.stdout)["with kit.lock()"]

@@ -53,10 +53,15 @@ def operator() -> Client:
 
 
 def test_anonymous_and_non_staff_users_are_sent_to_the_login_page(store: LockKit) -> None:
-    for client in (Client(), client_for(make_user("clerk", "view_lock", "release_lock",
-                                                  staff=False))):
-        for response in (client.get(LIST), client.get(RELEASE, {"key": "k"}),
-                         client.post(RELEASE, {"key": "k"})):
+    for client in (
+        Client(),
+        client_for(make_user("clerk", "view_lock", "release_lock", staff=False)),
+    ):
+        for response in (
+            client.get(LIST),
+            client.get(RELEASE, {"key": "k"}),
+            client.post(RELEASE, {"key": "k"}),
+        ):
             assert response.status_code == 302
             assert response["Location"].startswith("/admin/login/")
 
@@ -95,8 +100,15 @@ def test_the_list_shows_each_lock_and_filters_by_prefix(store: LockKit, operator
         assert row.owner_hint == store.admin.info("order:1").owner_hint  # type: ignore[union-attr]
         assert row.ttl_remaining is not None and 50 < row.ttl_remaining <= 60
         page = response.content.decode()
-        for text in ("order:1", row.owner_hint, socket.gethostname(), str(os.getpid()),
-                     str(two.token), "Release&hellip;", "file://"):
+        for text in (
+            "order:1",
+            row.owner_hint,
+            socket.gethostname(),
+            str(os.getpid()),
+            str(two.token),
+            "Release&hellip;",
+            "file://",
+        ):
             assert text in page
         filtered = operator.get(LIST, {"prefix": "order:"})
         assert [r.key for r in filtered.context["rows"]] == ["order:1", "order:2"]
@@ -128,8 +140,11 @@ def test_release_asks_first_then_frees_the_key_and_logs_who_did_it(
     entry = LogEntry.objects.get()
     assert (entry.user, entry.object_id, entry.action_flag) == (user, "job:7", DELETION)
     assert f"token {stale.token}" in entry.change_message
-    assert any("job:7" in r.getMessage() and "operator" in r.getMessage()
-               for r in caplog.records if r.name == "lockkit.django")
+    assert any(
+        "job:7" in r.getMessage() and "operator" in r.getMessage()
+        for r in caplog.records
+        if r.name == "lockkit.django"
+    )
     after = client.get(done["Location"]).content.decode()
     assert "Released the lock &#x27;job:7&#x27;" in after and "No locks held" in after
 

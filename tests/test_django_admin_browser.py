@@ -39,8 +39,14 @@ NAMESPACE = "browser"
 TESTS = Path(__file__).parent
 # Without these chromium hangs on a machine with no network.
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 )
 
 
@@ -80,7 +86,9 @@ class Holder:
     def __init__(self, url: str, key: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(TESTS / "holder_process.py"), url, NAMESPACE, key, "60", "1"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         self.notices: list[str] = []
         word, token, _owner = self.read().split()
@@ -133,8 +141,9 @@ def wait_for(browser: WebDriver, css: str) -> Any:
 
 def user(name: str, *, staff: bool) -> User:
     made = User.objects.create_user(name, password="pw", is_staff=staff)
-    made.user_permissions.add(*Permission.objects.filter(codename__in=["view_lock",
-                                                                       "release_lock"]))
+    made.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_lock", "release_lock"])
+    )
     return made
 
 

@@ -39,7 +39,10 @@ class Writer:
     def __init__(self, url: str, env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(TESTS / "fence_writer_process.py"), url, KEY, str(TTL)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=TESTS,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=TESTS,
             env={**os.environ, **env, "PYTHONPATH": str(TESTS)},
         )
 

@@ -25,7 +25,9 @@ def _b64(text: str) -> str:
 
 def _everything(server: EtcdServer, token: str | None = None) -> dict[str, str]:
     answer = etcd_request(
-        server.port(), "kv/range", {"key": _b64("lockkit/"), "range_end": _b64("lockkit0")},
+        server.port(),
+        "kv/range",
+        {"key": _b64("lockkit/"), "range_end": _b64("lockkit0")},
         token=token,
     )
     return {
@@ -44,8 +46,14 @@ def test_declares_consensus_grade_and_capabilities(kit: LockKit) -> None:
     backend = kit.backend
     assert isinstance(backend, EtcdBackend)
     assert backend.grade is Grade.CONSENSUS
-    for flag in (Capability.TTL, Capability.FENCING, Capability.FAIR, Capability.NOTIFY,
-                 Capability.CROSS_HOST, Capability.LIST):
+    for flag in (
+        Capability.TTL,
+        Capability.FENCING,
+        Capability.FAIR,
+        Capability.NOTIFY,
+        Capability.CROSS_HOST,
+        Capability.LIST,
+    ):
         assert flag in backend.capabilities
 
 

@@ -129,11 +129,15 @@ def test_fair_waiters_are_served_in_request_order(etcd_cluster: EtcdCluster) -> 
     errors: list[BaseException] = []
 
     def queued() -> int:
-        answer = etcd_request(etcd_cluster.port(0), "kv/range", {
-            "key": base64.b64encode(queue.encode()).decode(),
-            "range_end": base64.b64encode(prefix_end(queue).encode()).decode(),
-            "count_only": True,
-        })
+        answer = etcd_request(
+            etcd_cluster.port(0),
+            "kv/range",
+            {
+                "key": base64.b64encode(queue.encode()).decode(),
+                "range_end": base64.b64encode(prefix_end(queue).encode()).decode(),
+                "count_only": True,
+            },
+        )
         return int(answer.get("count", 0))
 
     def wait_turn(i: int) -> None:

@@ -85,14 +85,14 @@ def test_sigstopped_holder_loses_the_lock_and_finds_out_on_resume(
     )
 
 
-def test_lease_expiry_while_held_gives_lock_lost(
-    own_server: EtcdServer, namespace: str
-) -> None:
+def test_lease_expiry_while_held_gives_lock_lost(own_server: EtcdServer, namespace: str) -> None:
     """The holder is cut off from etcd (a black-holed link) until its lease has expired on
     the server too: it is told before anyone else could take over, and the record is gone."""
     with TcpProxy("127.0.0.1", own_server.port()) as proxy:
-        far = LockKit(proxy.url_for("etcd", None, socket_timeout=0.3, connect_timeout=0.3),
-                      namespace=namespace)
+        far = LockKit(
+            proxy.url_for("etcd", None, socket_timeout=0.3, connect_timeout=0.3),
+            namespace=namespace,
+        )
         lost = _Lost()
         try:
             held = far.lock("exp", ttl=1.0, auto_renew=True, on_lost=lost)
@@ -218,8 +218,11 @@ def test_black_holed_link_raises_within_timeout_plus_socket_timeout(
     """A waiter whose link goes dark mid-wait, and callers on a dark link: each raises
     BackendUnavailable within its timeout plus one socket timeout; none returns False."""
     with TcpProxy("127.0.0.1", own_server.port()) as proxy:
-        far = LockKit(proxy.url_for("etcd", None, socket_timeout=0.5, connect_timeout=0.5),
-                      namespace=namespace, ttl=5)
+        far = LockKit(
+            proxy.url_for("etcd", None, socket_timeout=0.5, connect_timeout=0.5),
+            namespace=namespace,
+            ttl=5,
+        )
         try:
             holder = direct.lock("dark")
             assert holder.acquire()

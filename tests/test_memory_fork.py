@@ -46,8 +46,10 @@ def _run_in_child(body: Callable[[], bool]) -> str | None:
     while time.monotonic() < deadline:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            return None if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else (
-                f"child exited with status {status}"
+            return (
+                None
+                if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+                else (f"child exited with status {status}")
             )
         time.sleep(0.005)
     os.kill(pid, signal.SIGKILL)

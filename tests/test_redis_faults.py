@@ -83,8 +83,9 @@ def test_sigstopped_holder_loses_the_lock_and_finds_out_on_resume(
 def test_restarted_server_means_lost_lock_then_service_resumes(
     own_server: RedisServer, namespace: str
 ) -> None:
-    kit = LockKit(own_server.url + "?socket_timeout=0.5&socket_connect_timeout=0.5",
-                  namespace=namespace)
+    kit = LockKit(
+        own_server.url + "?socket_timeout=0.5&socket_connect_timeout=0.5", namespace=namespace
+    )
     lost = _Lost()
     try:
         held = kit.lock("job", ttl=1.0, auto_renew=True, on_lost=lost)
@@ -179,8 +180,10 @@ def test_hung_server_raises_backend_unavailable_within_the_socket_timeout(
 def test_partitioned_holder_knows_it_lost_before_anyone_else_takes_over(
     proxy: TcpProxy, direct: LockKit, namespace: str
 ) -> None:
-    far = LockKit(proxy.url_for("redis", 0, socket_timeout=0.3, socket_connect_timeout=0.3),
-                  namespace=namespace)
+    far = LockKit(
+        proxy.url_for("redis", 0, socket_timeout=0.3, socket_connect_timeout=0.3),
+        namespace=namespace,
+    )
     lost = _Lost()
     stop = threading.Event()
     try:
@@ -237,8 +240,11 @@ def test_partitioned_holder_knows_it_lost_before_anyone_else_takes_over(
 def test_connection_reset_while_waiting_never_hangs_or_lies(
     proxy: TcpProxy, direct: LockKit, namespace: str, storm: bool
 ) -> None:
-    far = LockKit(proxy.url_for("redis", 0, socket_timeout=1, socket_connect_timeout=1),
-                  namespace=namespace, ttl=1.0)
+    far = LockKit(
+        proxy.url_for("redis", 0, socket_timeout=1, socket_connect_timeout=1),
+        namespace=namespace,
+        ttl=1.0,
+    )
     holder = direct.lock("w", ttl=5)
     assert holder.acquire()
     outcome: dict[str, Any] = {}
@@ -295,8 +301,9 @@ def test_connection_reset_while_waiting_never_hangs_or_lies(
 def test_link_slower_than_the_ttl_never_reports_a_grant(
     proxy: TcpProxy, direct: LockKit, namespace: str
 ) -> None:
-    far = LockKit(proxy.url_for("redis", 0, socket_timeout=3, socket_connect_timeout=3),
-                  namespace=namespace)
+    far = LockKit(
+        proxy.url_for("redis", 0, socket_timeout=3, socket_connect_timeout=3), namespace=namespace
+    )
     try:
         with far.lock("warm-up"):
             pass  # connect and load the scripts while the link is fast
@@ -337,8 +344,9 @@ def test_timeout_is_honoured_on_a_slow_link(
 ) -> None:
     """A waiter's first wait (which starts the release listener) keeps the caller's timeout:
     at most the timeout plus the round trips of the attempts in flight."""
-    far = LockKit(proxy.url_for("redis", 0, socket_timeout=3, socket_connect_timeout=3),
-                  namespace=namespace)
+    far = LockKit(
+        proxy.url_for("redis", 0, socket_timeout=3, socket_connect_timeout=3), namespace=namespace
+    )
     try:
         with far.lock("warm-up"):
             pass  # the command connection exists; the release listener does not yet
@@ -353,12 +361,13 @@ def test_timeout_is_honoured_on_a_slow_link(
         far.close()
 
 
-def test_proxy_reset_is_seen_as_an_outage_not_as_busy(
-    proxy: TcpProxy, namespace: str
-) -> None:
+def test_proxy_reset_is_seen_as_an_outage_not_as_busy(proxy: TcpProxy, namespace: str) -> None:
     """While every connection is cut at once, acquire either works or raises."""
-    far = LockKit(proxy.url_for("redis", 0, socket_timeout=1, socket_connect_timeout=1),
-                  namespace=namespace, ttl=2)
+    far = LockKit(
+        proxy.url_for("redis", 0, socket_timeout=1, socket_connect_timeout=1),
+        namespace=namespace,
+        ttl=2,
+    )
     try:
         results: list[object] = []
         for _ in range(5):
@@ -375,7 +384,6 @@ def test_proxy_reset_is_seen_as_an_outage_not_as_busy(
         assert True in results, "a reconnect after a reset should work"
     finally:
         far.close()
-
 
 
 def test_an_attempt_abandoned_in_an_outage_does_not_hold_the_key_after_it(

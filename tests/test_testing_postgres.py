@@ -16,8 +16,13 @@ pytestmark = pytest.mark.postgresql
 
 
 def _owner(pid: int) -> str:
-    uid = int(next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                   if line.startswith("Uid:")).split()[1])
+    uid = int(
+        next(
+            line
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+            if line.startswith("Uid:")
+        ).split()[1]
+    )
     return pwd.getpwuid(uid).pw_name
 
 
@@ -26,10 +31,13 @@ def test_the_server_answers_queries_and_keeps_off_the_system_socket_dir(
 ) -> None:
     server = postgres_server
     assert postgres_ready(server.port, server.user)
-    with psycopg.connect(host=server.host, port=server.port, user=server.user,
-                         dbname=server.database) as conn:
-        row = conn.execute("SELECT current_setting('unix_socket_directories'), "
-                           "current_setting('listen_addresses'), current_user").fetchone()
+    with psycopg.connect(
+        host=server.host, port=server.port, user=server.user, dbname=server.database
+    ) as conn:
+        row = conn.execute(
+            "SELECT current_setting('unix_socket_directories'), "
+            "current_setting('listen_addresses'), current_user"
+        ).fetchone()
     assert row == (str(server.dir), "127.0.0.1", server.user)
     assert (server.dir / f".s.PGSQL.{server.port}").exists()
     assert server.pid is not None

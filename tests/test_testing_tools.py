@@ -105,9 +105,10 @@ def test_redis_server_lifecycle() -> None:
 
 
 def test_proxy_forwards_both_ways(echo_server: int) -> None:
-    with TcpProxy("127.0.0.1", echo_server) as proxy, socket.create_connection(
-        ("127.0.0.1", proxy.port), timeout=2
-    ) as sock:
+    with (
+        TcpProxy("127.0.0.1", echo_server) as proxy,
+        socket.create_connection(("127.0.0.1", proxy.port), timeout=2) as sock,
+    ):
         assert _roundtrip(sock, b"hello") == b"hello"
         big = b"x" * 1_000_000
         sock.sendall(big)
@@ -132,9 +133,10 @@ def test_proxy_url_for(echo_server: int) -> None:
 
 
 def test_partition_holds_bytes_until_healed(echo_server: int) -> None:
-    with TcpProxy("127.0.0.1", echo_server) as proxy, socket.create_connection(
-        ("127.0.0.1", proxy.port), timeout=2
-    ) as sock:
+    with (
+        TcpProxy("127.0.0.1", echo_server) as proxy,
+        socket.create_connection(("127.0.0.1", proxy.port), timeout=2) as sock,
+    ):
         assert _roundtrip(sock, b"a") == b"a"
         proxy.partition()
         assert proxy.partitioned
@@ -162,9 +164,10 @@ def test_reset_sends_rst_and_new_connections_work(echo_server: int) -> None:
 
 
 def test_delay_applies_to_each_direction(echo_server: int) -> None:
-    with TcpProxy("127.0.0.1", echo_server) as proxy, socket.create_connection(
-        ("127.0.0.1", proxy.port), timeout=2
-    ) as sock:
+    with (
+        TcpProxy("127.0.0.1", echo_server) as proxy,
+        socket.create_connection(("127.0.0.1", proxy.port), timeout=2) as sock,
+    ):
         assert _roundtrip(sock, b"warm") == b"warm"
         proxy.set_delay(0.1)
         start = time.monotonic()

@@ -188,11 +188,14 @@ def test_digest_auth_and_creator_acls_keep_others_out(
     host = f"127.0.0.1:{zookeeper_server.port}"
     chroot = f"/acl-{namespace}"
     owner_url = f"zookeeper://app:s3cret@{host}{chroot}?socket_timeout=2"
-    with LockKit(owner_url, namespace=namespace) as owner, \
-            LockKit(f"zookeeper://{host}{chroot}?socket_timeout=2", namespace=namespace) as anon, \
-            LockKit(f"zookeeper://app:wrong@{host}{chroot}?socket_timeout=2",
-                    namespace=namespace) as wrong, \
-            LockKit(owner_url, namespace=namespace) as peer:
+    with (
+        LockKit(owner_url, namespace=namespace) as owner,
+        LockKit(f"zookeeper://{host}{chroot}?socket_timeout=2", namespace=namespace) as anon,
+        LockKit(
+            f"zookeeper://app:wrong@{host}{chroot}?socket_timeout=2", namespace=namespace
+        ) as wrong,
+        LockKit(owner_url, namespace=namespace) as peer,
+    ):
         assert "s3cret" not in repr(owner)
         held = owner.lock("secured")
         assert held.acquire()

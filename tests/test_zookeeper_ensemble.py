@@ -40,7 +40,8 @@ def test_killing_the_leader_keeps_exclusion_and_rising_tokens(
                     with guard:
                         # Anyone still inside must already have been told it lost the lock.
                         overlaps.extend(
-                            f"{i} entered while {j} held it" for j, other in inside.items()
+                            f"{i} entered while {j} held it"
+                            for j, other in inside.items()
                             if not other.lost
                         )
                         inside[i] = lock

@@ -98,8 +98,10 @@ def test_locks_survive_a_server_restart_and_tokens_keep_rising(
 ) -> None:
     # A 10 s session outlives a restart: the session and its nodes are in the server's log.
     url = _url(zookeeper_server, session=10.0, socket_timeout=2.0)
-    with LockKit(url, namespace=namespace, ttl=30.0) as kit, \
-            LockKit(url, namespace=namespace) as other:
+    with (
+        LockKit(url, namespace=namespace, ttl=30.0) as kit,
+        LockKit(url, namespace=namespace) as other,
+    ):
         lost: list[Lock] = []
         held = kit.lock("job", on_lost=lost.append)
         assert held.acquire()
@@ -135,8 +137,10 @@ def test_an_expired_session_tells_its_holders_and_frees_their_keys(
     from kazoo.client import KazooClient
 
     url = _url(zookeeper_server, session=10.0)
-    with LockKit(url, namespace=namespace, ttl=60.0) as kit, \
-            LockKit(url, namespace=namespace) as other:
+    with (
+        LockKit(url, namespace=namespace, ttl=60.0) as kit,
+        LockKit(url, namespace=namespace) as other,
+    ):
         told = threading.Event()
         held = kit.lock("job", on_lost=lambda lock: told.set())
         assert held.acquire()
@@ -183,8 +187,9 @@ def test_a_retry_after_a_lost_create_reply_finds_its_node(
         client = backend.session.client()
         parent = backend.tree.parent(key)
         client.ensure_path(parent)
-        path, stat = client.create(f"{parent}/{owner_id(owner)}-", b"", ephemeral=True,
-                                   sequence=True, include_data=True)
+        path, stat = client.create(
+            f"{parent}/{owner_id(owner)}-", b"", ephemeral=True, sequence=True, include_data=True
+        )
         grant = backend.try_acquire(key, owner, 30.0)
         assert grant.acquired
         assert grant.token == stat.czxid
@@ -199,10 +204,14 @@ def test_a_create_whose_reply_times_out_leaves_no_orphan(
 ) -> None:
     """A slow link: the create reaches the server, the caller gives up before the answer
     comes. The node it made must not block the key for the rest of the session."""
-    with TcpProxy("127.0.0.1", zookeeper_server.port) as proxy, \
-            LockKit(f"zookeeper://127.0.0.1:{proxy.port}/?session_timeout=10&socket_timeout=0.3",
-                    namespace=namespace) as slow, \
-            LockKit(_url(zookeeper_server), namespace=namespace) as other:
+    with (
+        TcpProxy("127.0.0.1", zookeeper_server.port) as proxy,
+        LockKit(
+            f"zookeeper://127.0.0.1:{proxy.port}/?session_timeout=10&socket_timeout=0.3",
+            namespace=namespace,
+        ) as slow,
+        LockKit(_url(zookeeper_server), namespace=namespace) as other,
+    ):
         assert slow.admin.info("warm") is None  # connected before the link slows down
         proxy.set_delay(0.5)
         with pytest.raises(BackendUnavailable):
@@ -236,8 +245,9 @@ def test_acquire_on_a_closed_kit_or_a_dead_server_fails_fast(
 def test_a_paused_server_makes_acquire_fail_within_its_socket_timeout(
     zookeeper_server: ZooKeeperServer, namespace: str
 ) -> None:
-    with LockKit(_url(zookeeper_server, session=4.0, socket_timeout=0.5),
-                 namespace=namespace) as kit:
+    with LockKit(
+        _url(zookeeper_server, session=4.0, socket_timeout=0.5), namespace=namespace
+    ) as kit:
         assert kit.lock("warm").acquire()
         zookeeper_server.pause()
         try:
@@ -255,8 +265,9 @@ def test_a_holder_cut_off_past_a_third_of_its_session_is_told(
     """The server stops answering: the session may expire on the server a third of its timeout
     after kazoo notices, so the holder is told then, long before its 60 s ttl."""
     session = 3.0
-    with LockKit(_url(zookeeper_server, session=session, socket_timeout=0.5),
-                 namespace=namespace, ttl=60.0) as kit:
+    with LockKit(
+        _url(zookeeper_server, session=session, socket_timeout=0.5), namespace=namespace, ttl=60.0
+    ) as kit:
         told = threading.Event()
         held = kit.lock("job", on_lost=lambda lock: told.set())
         assert held.acquire()

@@ -25,8 +25,16 @@ from lockkit_core.testing.zookeeper import ZooKeeperServer, four_letter
 
 pytestmark = pytest.mark.zookeeper
 
-_REQUESTS = ("create_async", "get_children_async", "exists_async", "get_async", "set_async",
-             "delete_async", "ensure_path_async", "transaction")
+_REQUESTS = (
+    "create_async",
+    "get_children_async",
+    "exists_async",
+    "get_async",
+    "set_async",
+    "delete_async",
+    "ensure_path_async",
+    "transaction",
+)
 
 
 @pytest.fixture

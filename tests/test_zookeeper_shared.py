@@ -30,8 +30,9 @@ def test_readers_share_and_a_writer_waits_for_them(kits: list[LockKit]) -> None:
     a, b, w = kits[0], kits[1], kits[2]
     with a.rwlock("catalog").read(timeout=1) as r1, b.rwlock("catalog").read(timeout=1) as r2:
         assert r1.token is not None and r2.token is not None and r2.token > r1.token
-        hints = {lease.holder.split(":")[0] for lease in a.rwlock("catalog").holders()
-                 if lease.holder}
+        hints = {
+            lease.holder.split(":")[0] for lease in a.rwlock("catalog").holders() if lease.holder
+        }
         assert hints == {"reader"}
         assert len(a.rwlock("catalog").holders()) == 2
         started = time.monotonic()

@@ -33,16 +33,17 @@ _INSTALL_HINT = (
 
 def find_etcd() -> str:
     """Path of the ``etcd`` executable; a clear ``RuntimeError`` if there is none."""
-    found = shutil.which("etcd") or (
-        "/usr/bin/etcd" if Path("/usr/bin/etcd").exists() else None
-    )
+    found = shutil.which("etcd") or ("/usr/bin/etcd" if Path("/usr/bin/etcd").exists() else None)
     if found is None:
         raise RuntimeError(_INSTALL_HINT)
     return found
 
 
 def etcd_request(
-    port: int, path: str, body: dict[str, Any], timeout: float = 2.0,
+    port: int,
+    path: str,
+    body: dict[str, Any],
+    timeout: float = 2.0,
     token: str | None = None,
 ) -> dict[str, Any]:
     """``POST /v3/<path>`` to the member on ``port``; the decoded answer (``OSError`` or
@@ -126,21 +127,35 @@ class EtcdCluster(Closing):
         args = [
             *_die_with_parent_prefix(),
             self.executable,
-            "--name", m.name,
-            "--data-dir", str(m.data_dir),
-            "--listen-client-urls", m.client_url,
-            "--advertise-client-urls", m.client_url,
-            "--listen-peer-urls", m.peer_url,
-            "--initial-advertise-peer-urls", m.peer_url,
-            "--initial-cluster", self._initial,
-            "--initial-cluster-state", "new",
-            "--initial-cluster-token", self.dir.name,
-            "--log-level", "warn",
+            "--name",
+            m.name,
+            "--data-dir",
+            str(m.data_dir),
+            "--listen-client-urls",
+            m.client_url,
+            "--advertise-client-urls",
+            m.client_url,
+            "--listen-peer-urls",
+            m.peer_url,
+            "--initial-advertise-peer-urls",
+            m.peer_url,
+            "--initial-cluster",
+            self._initial,
+            "--initial-cluster-state",
+            "new",
+            "--initial-cluster-token",
+            self.dir.name,
+            "--log-level",
+            "warn",
         ]
         with open(m.log_path, "ab") as log:
             m.proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.dir, start_new_session=True,
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                start_new_session=True,
             )
         m.paused = False
 
@@ -155,9 +170,11 @@ class EtcdCluster(Closing):
     def wait_ready(self, indexes: list[int] | None = None) -> None:
         """Wait until every running member (or those in ``indexes``) answers."""
         deadline = time.monotonic() + self.startup_timeout
-        wanted = indexes if indexes is not None else [
-            i for i, m in enumerate(self.members) if m.proc is not None
-        ]
+        wanted = (
+            indexes
+            if indexes is not None
+            else [i for i, m in enumerate(self.members) if m.proc is not None]
+        )
         for index in wanted:
             while not self.ready(index):
                 proc = self.members[index].proc

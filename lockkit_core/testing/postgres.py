@@ -141,8 +141,10 @@ class PostgresServer(Closing):
     def _initdb(self) -> None:
         args = [
             str(self.bin_dir / "initdb"),
-            "-D", str(self.data_dir),
-            "-U", self.user,
+            "-D",
+            str(self.data_dir),
+            "-U",
+            self.user,
             "--auth=trust",
             "--encoding=UTF8",
             "--no-locale",
@@ -150,8 +152,14 @@ class PostgresServer(Closing):
         ]
         uid, gid, groups = self._ids()
         done = subprocess.run(
-            args, stdin=subprocess.DEVNULL, capture_output=True, cwd=self.dir, check=False,
-            user=uid, group=gid, extra_groups=groups,
+            args,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            cwd=self.dir,
+            check=False,
+            user=uid,
+            group=gid,
+            extra_groups=groups,
         )
         if done.returncode != 0:
             output = (done.stdout + done.stderr).decode(errors="replace")
@@ -183,23 +191,39 @@ class PostgresServer(Closing):
         args = [
             *_die_with_parent_prefix(),
             str(self.bin_dir / "postgres"),
-            "-D", str(self.data_dir),
-            "-p", str(self.port),
-            "-k", str(self.dir),
-            "-c", f"listen_addresses={_LOOPBACK}",
-            "-c", f"max_connections={self.max_connections}",
-            "-c", "fsync=off",
-            "-c", "synchronous_commit=off",
-            "-c", "full_page_writes=off",
-            "-c", "shared_buffers=16MB",
+            "-D",
+            str(self.data_dir),
+            "-p",
+            str(self.port),
+            "-k",
+            str(self.dir),
+            "-c",
+            f"listen_addresses={_LOOPBACK}",
+            "-c",
+            f"max_connections={self.max_connections}",
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "full_page_writes=off",
+            "-c",
+            "shared_buffers=16MB",
         ]
         with open(self.log_path, "ab") as log:
             if self._run_as is not None:
                 os.chown(self.log_path, self._run_as.pw_uid, self._run_as.pw_gid)
             uid, gid, groups = self._ids()
             self._proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.dir, start_new_session=True, user=uid, group=gid, extra_groups=groups,
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                start_new_session=True,
+                user=uid,
+                group=gid,
+                extra_groups=groups,
             )
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:

@@ -119,7 +119,8 @@ def build_clock_shifter() -> str:
     out = Path(tempfile.mkdtemp(prefix="lockkit-clock-")) / "clockshift.so"
     subprocess.run(
         [compiler, "-shared", "-fPIC", "-O2", "-o", str(out), str(source)],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     )
     _built[str(source)] = str(out)
     return str(out)
@@ -223,13 +224,20 @@ class RedisServer(Closing):
         args = [
             *_die_with_parent_prefix(),
             self.executable,
-            "--port", str(self.port),
-            "--bind", _LOOPBACK,
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", str(self.dir),
-            "--daemonize", "no",
-            "--logfile", "",
+            "--port",
+            str(self.port),
+            "--bind",
+            _LOOPBACK,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.dir),
+            "--daemonize",
+            "no",
+            "--logfile",
+            "",
         ]
         if self.socket_path is not None:
             args += ["--unixsocket", str(self.socket_path), "--unixsocketperm", "700"]
@@ -242,8 +250,13 @@ class RedisServer(Closing):
             env.update(LD_PRELOAD=self._shifter, LOCKKIT_CLOCK_FILE=str(self.clock_file))
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.dir, start_new_session=True, env=env,
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                start_new_session=True,
+                env=env,
             )
         self._paused = False
         deadline = time.monotonic() + self.startup_timeout

@@ -103,9 +103,7 @@ class _Member:
         ]
         if len(peers) > 1:
             lines.append("standaloneEnabled=false")
-            lines += [
-                f"server.{p.myid}={_LOOPBACK}:{p.peer_port}:{p.election_port}" for p in peers
-            ]
+            lines += [f"server.{p.myid}={_LOOPBACK}:{p.peer_port}:{p.election_port}" for p in peers]
         cfg = self.dir / "zoo.cfg"
         cfg.write_text("\n".join(lines) + "\n")
         return cfg
@@ -129,8 +127,12 @@ class _Member:
         ]
         try:
             self.proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.dir, start_new_session=True,
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                start_new_session=True,
             )
         finally:
             log.close()
@@ -164,9 +166,7 @@ class ZooKeeperEnsemble(Closing):
     thread that lives as long as the servers should: on Linux they stop when it exits.
     """
 
-    def __init__(
-        self, size: int = 3, *, tick_ms: int = 200, startup_timeout: float = 60.0
-    ) -> None:
+    def __init__(self, size: int = 3, *, tick_ms: int = 200, startup_timeout: float = 60.0) -> None:
         self.classpath = find_zookeeper_classpath()
         self.tick_ms = tick_ms
         self.startup_timeout = startup_timeout

@@ -4,24 +4,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Lock',
+            name="Lock",
             fields=[
-                ('key', models.CharField(max_length=200, primary_key=True, serialize=False)),
+                ("key", models.CharField(max_length=200, primary_key=True, serialize=False)),
             ],
             options={
-                'verbose_name': 'lock',
-                'verbose_name_plural': 'locks',
-                'permissions': (('release_lock', 'Can force-release held locks'),),
-                'managed': False,
-                'default_permissions': ('view',),
+                "verbose_name": "lock",
+                "verbose_name_plural": "locks",
+                "permissions": (("release_lock", "Can force-release held locks"),),
+                "managed": False,
+                "default_permissions": ("view",),
             },
         ),
     ]

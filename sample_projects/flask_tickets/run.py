@@ -1,7 +1,7 @@
 """Run the flask_tickets experiments under gunicorn and print what happened.
 
-    python sample_projects/flask_tickets/run.py            # file:// locks (the default)
-    python sample_projects/flask_tickets/run.py --redis    # redis:// (starts a redis-server)
+python sample_projects/flask_tickets/run.py            # file:// locks (the default)
+python sample_projects/flask_tickets/run.py --redis    # redis:// (starts a redis-server)
 """
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ from .layout import (
     lock_key,
     prefix_end,
     queue_entry,
-    queue_prefix,
 )
 from .leases import LEASE_MARGIN, Leases
 from .queue import WaitQueue
+from .txn import acquire_body
 from .waiter import WAIT_SLICE, EtcdWaiter
 
 __all__ = ["EtcdBackend"]
@@ -112,16 +112,6 @@ class EtcdBackend(Backend):
         """One create-if-absent transaction: a grant, or the busy record (None, record), or
         (``Grant(False)``, None) when the key is free but others queue before us."""
         lkey = lock_key(key)
-        queue = queue_prefix(key)
-        compare: list[dict[str, Any]] = [
-            {"key": b64(lkey), "target": "VERSION", "result": "EQUAL", "version": 0}
-        ]
-        success: list[dict[str, Any]] = [
-            {"request_put": {"key": b64(lkey), "value": self._value(owner, ttl),
-                             "lease": lease.id}}
-        ]
-        failure: list[dict[str, Any]] = [{"request_range": {"key": b64(lkey)}}]
-        span = {"key": b64(queue), "range_end": b64(prefix_end(queue))}
         mine = queue_entry(key, owner_id(owner))
         # A waiter joins the queue in its attempt once it has failed one, or at once when
         # this backend has a queue lease already (it waits often): a free key costs no
@@ -131,42 +121,30 @@ class EtcdBackend(Backend):
             and waiter.queued_at is None
             and (waiter.failed or self.queue.has_lease)
         )
-        if waiter is not None and waiter.queued_at is not None:
-            # We are first if every queued entry was created no earlier than ours.
-            compare.append({**span, "target": "CREATE", "result": "GREATER",
-                            "create_revision": waiter.queued_at - 1})
-            success.append({"request_delete_range": {"key": b64(mine)}})
-            failure.append({"request_range": {"key": b64(mine)}})
-            failure.append({"request_range": {
-                **span, "max_create_revision": waiter.queued_at - 1, "sort_order": "DESCEND",
-                "sort_target": "CREATE", "limit": 1, "keys_only": True}})
-        else:
-            # Queued waiters go first: take the key only when nobody queues.
-            compare.append({**span, "target": "VERSION", "result": "EQUAL", "version": 0})
-            if joining:
-                queue_lease = self.queue.lease().id
-                failure.append({"request_put": {"key": b64(mine), "value": "",
-                                                "lease": queue_lease}})
-                failure.append({"request_range": {"key": b64(mine), "keys_only": True}})
-                failure.append({"request_range": {
-                    **span, "sort_order": "DESCEND", "sort_target": "CREATE", "limit": 2,
-                    "keys_only": True}})
-        for entry in self.queue.take_stale():
-            cleanup = {"request_delete_range": {"key": b64(entry)}}
-            success.append(cleanup)
-            failure.append(cleanup)
+        queue_lease = self.queue.lease().id if joining else None
+        stale = self.queue.take_stale()
+
+        def body() -> dict[str, Any]:
+            return acquire_body(
+                key,
+                owner_id(owner),
+                self._value(owner, ttl),
+                lease.id,
+                queued_at=waiter.queued_at if waiter is not None else None,
+                queue_lease=queue_lease,
+                stale=stale,
+            )
+
         sent = time.monotonic()
-        body = {"compare": compare, "success": success, "failure": failure}
         try:
-            answer = self.client.call("kv/txn", body, f"acquire {key!r}")
+            answer = self.client.call("kv/txn", body(), f"acquire {key!r}")
         except LeaseNotFound:
             if not joining:
                 raise
             # The last waiter here gave up and revoked the queue lease meanwhile.
             self.queue.drop_lease()
             queue_lease = self.queue.lease().id
-            failure[1]["request_put"]["lease"] = queue_lease
-            answer = self.client.call("kv/txn", body, f"acquire {key!r}")
+            answer = self.client.call("kv/txn", body(), f"acquire {key!r}")
         revision = int(answer["header"]["revision"])
         if answer.get("succeeded"):
             self._held[(key, owner)] = Held(lease, ttl)
@@ -177,6 +155,7 @@ class EtcdBackend(Backend):
         if waiter is not None:
             waiter.failed = True
             if joining:
+                assert queue_lease is not None
                 waiter.joined(revision, b64(mine), ranges[2:], queue_lease)
             else:
                 waiter.observed(revision, ranges[1:] if len(ranges) > 1 else None)
@@ -222,9 +201,17 @@ class EtcdBackend(Backend):
         lkey = lock_key(key)
         answer = self.client.call(
             "kv/txn",
-            {"compare": [{"key": b64(lkey), "target": "MOD", "result": "EQUAL",
-                          "mod_revision": record.mod_revision}],
-             "success": [{"request_delete_range": {"key": b64(lkey)}}]},
+            {
+                "compare": [
+                    {
+                        "key": b64(lkey),
+                        "target": "MOD",
+                        "result": "EQUAL",
+                        "mod_revision": record.mod_revision,
+                    }
+                ],
+                "success": [{"request_delete_range": {"key": b64(lkey)}}],
+            },
             f"take over {key!r} from a holder past its ttl",
         )
         self._seen.pop(lkey, None)
@@ -246,11 +233,21 @@ class EtcdBackend(Backend):
         moved = self.leases.grant(ttl) if lease.ttl < ttl + 2 * LEASE_MARGIN else None
         answer = self.client.call(
             "kv/txn",
-            {"compare": [{"key": b64(lkey), "target": "LEASE", "result": "EQUAL",
-                          "lease": lease_id}],
-             "success": [{"request_put": {"key": b64(lkey), "value": self._value(owner, ttl),
-                                          "lease": (moved or lease).id}},
-                         {"request_range": {"key": b64(lkey)}}]},
+            {
+                "compare": [
+                    {"key": b64(lkey), "target": "LEASE", "result": "EQUAL", "lease": lease_id}
+                ],
+                "success": [
+                    {
+                        "request_put": {
+                            "key": b64(lkey),
+                            "value": self._value(owner, ttl),
+                            "lease": (moved or lease).id,
+                        }
+                    },
+                    {"request_range": {"key": b64(lkey)}},
+                ],
+            },
             f"extend {key!r}",
         )
         if not answer.get("succeeded"):
@@ -269,9 +266,7 @@ class EtcdBackend(Backend):
         return int(kvs[0].get("create_revision", 0)) or None
 
     def _read(self, key: str) -> Record | None:
-        answer = self.client.call(
-            "kv/range", {"key": b64(lock_key(key))}, f"read the lock {key!r}"
-        )
+        answer = self.client.call("kv/range", {"key": b64(lock_key(key))}, f"read the lock {key!r}")
         kvs = answer.get("kvs") or []
         return Record.parse(kvs[0]) if kvs else None
 

@@ -86,9 +86,7 @@ class WaitQueue:
             stale, self._stale = self._stale, []
         return stale
 
-    def closed(
-        self, key: str, owner: str, queued: bool, acquired: bool, reachable: bool
-    ) -> None:
+    def closed(self, key: str, owner: str, queued: bool, acquired: bool, reachable: bool) -> None:
         """A waiter is done: leave the queue, and revoke the queue lease with the last
         waiter that gives up (one that got the lock leaves it to the next, or to expire)."""
         entry = queue_entry(key, owner_id(owner))

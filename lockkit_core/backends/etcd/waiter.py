@@ -118,7 +118,8 @@ class EtcdWaiter(Waiter):
             # The watch sees deletes after its own revision; one read closes the gap since
             # our last look: if the key is gone already, there is nothing to wait for.
             answer = backend.client.call(
-                "kv/range", {"key": b64(watched), "count_only": True},
+                "kv/range",
+                {"key": b64(watched), "count_only": True},
                 f"look at {self._key!r}",
             )
             if not int(answer.get("count", 0)):

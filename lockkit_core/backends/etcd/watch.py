@@ -41,7 +41,9 @@ class Watch:
             try:
                 conn = client.connect(endpoint, min(remaining, client.connect_timeout))
                 conn.request(
-                    "POST", "/v3/watch", json.dumps({"create_request": request}),
+                    "POST",
+                    "/v3/watch",
+                    json.dumps({"create_request": request}),
                     client.headers(),
                 )
                 response = conn.getresponse()

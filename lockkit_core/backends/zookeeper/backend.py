@@ -119,8 +119,9 @@ class ZooKeeperBackend(Backend):
                     return None, children
                 # The head holds the lock, claimed or not yet (see claims.py).
                 claimed = NodeData.decode(raw).lease_ms > 0 or child == children[0]
-                return Mine(path, stat.czxid, stat.version, claimed,
-                            self.session.generation), children
+                return Mine(
+                    path, stat.czxid, stat.version, claimed, self.session.generation
+                ), children
         return None, children
 
     # -- locking ------------------------------------------------------------------------------
@@ -164,16 +165,21 @@ class ZooKeeperBackend(Backend):
                 self.tree.delete(f"{parent}/{extra}")
             index = children.index(name)
             if index == 0:
-                return Grant(True, mine.czxid) if mine.claimed else self._claim_later(
-                    key, mine, ms
-                )
+                return Grant(True, mine.czxid) if mine.claimed else self._claim_later(key, mine, ms)
             busy = self._busy(key, owner, mine, waiter, children, index)
             if busy is not None:
                 return busy
         return Grant(False)
 
-    def _busy(self, key: str, owner: str, mine: Mine, waiter: ZooKeeperWaiter | None,
-              children: list[str], index: int) -> Grant | None:
+    def _busy(
+        self,
+        key: str,
+        owner: str,
+        mine: Mine,
+        waiter: ZooKeeperWaiter | None,
+        children: list[str],
+        index: int,
+    ) -> Grant | None:
         """The answer for an owner whose node is at ``index`` (> 0) in the queue; None to
         look again (the queue changed meanwhile)."""
         from kazoo.exceptions import NoNodeError

@@ -73,8 +73,12 @@ class NodeData:
     def here(cls, lease_ms: int, wants_ms: int = 0) -> NodeData:
         """Data for a node made by the current thread of this process."""
         return cls(
-            lease_ms, socket.gethostname(), os.getpid(), threading.current_thread().name,
-            time.time(), wants_ms,
+            lease_ms,
+            socket.gethostname(),
+            os.getpid(),
+            threading.current_thread().name,
+            time.time(),
+            wants_ms,
         )
 
     @property
@@ -84,8 +88,11 @@ class NodeData:
 
     def encode(self) -> bytes:
         doc: dict[str, object] = {
-            "lease_ms": self.lease_ms, "host": self.host, "pid": self.pid,
-            "thread": self.thread, "since": round(self.since, 3),
+            "lease_ms": self.lease_ms,
+            "host": self.host,
+            "pid": self.pid,
+            "thread": self.thread,
+            "since": round(self.since, 3),
         }
         if self.wants_ms:
             doc["wants_ms"] = self.wants_ms
@@ -98,9 +105,12 @@ class NodeData:
         try:
             doc = json.loads(raw or b"{}")
             return cls(
-                int(doc.get("lease_ms", 0)), str(doc.get("host", "?")),
-                int(doc.get("pid", 0)), str(doc.get("thread", "?")),
-                float(doc.get("since", 0.0)), int(doc.get("wants_ms", 0)),
+                int(doc.get("lease_ms", 0)),
+                str(doc.get("host", "?")),
+                int(doc.get("pid", 0)),
+                str(doc.get("thread", "?")),
+                float(doc.get("since", 0.0)),
+                int(doc.get("wants_ms", 0)),
             )
         except (ValueError, TypeError, AttributeError):
             return cls(0, "?", 0, "?", 0.0)

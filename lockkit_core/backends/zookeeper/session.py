@@ -34,8 +34,9 @@ T = TypeVar("T")
 _ACLS = ("open", "creator", "read")
 
 
-def client_kwargs(hosts: str, username: str | None, password: str | None,
-                  options: Mapping[str, Any]) -> dict[str, Any]:
+def client_kwargs(
+    hosts: str, username: str | None, password: str | None, options: Mapping[str, Any]
+) -> dict[str, Any]:
     """KazooClient's keyword arguments for the URL's hosts, credentials and options."""
     from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
 
@@ -169,8 +170,9 @@ class Session:
                 f"ZooKeeper at {self._describe} did not answer within "
                 f"{self.socket_timeout:g} s to {what}"
             )
-        if isinstance(exc, (kex.ConnectionLoss, kex.SessionExpiredError,
-                            kex.ConnectionClosedError)):
+        if isinstance(
+            exc, (kex.ConnectionLoss, kex.SessionExpiredError, kex.ConnectionClosedError)
+        ):
             return BackendUnavailable(
                 f"lost the connection to ZooKeeper at {self._describe} to {what}: "
                 f"{type(exc).__name__}"
@@ -214,8 +216,11 @@ class Session:
             cap = self._suspended_at + session / 3.0
             for hold in self._active_holds():
                 hold.deadline = min(hold.deadline, cap)
-            timer = threading.Timer(max(0.0, cap - time.monotonic()), self._suspended_too_long,
-                                    args=(self._suspended_at,))
+            timer = threading.Timer(
+                max(0.0, cap - time.monotonic()),
+                self._suspended_too_long,
+                args=(self._suspended_at,),
+            )
             timer.daemon = True
             timer.start()
         elif state == KazooState.LOST:
@@ -229,8 +234,10 @@ class Session:
     def _suspended_too_long(self, since: float) -> None:
         if self._suspended_at == since:
             for hold in self._active_holds():
-                hold.mark_lost("the connection to ZooKeeper was down past a third of the "
-                               "session timeout; the session may have expired")
+                hold.mark_lost(
+                    "the connection to ZooKeeper was down past a third of the "
+                    "session timeout; the session may have expired"
+                )
 
     def _session_lost(self) -> None:
         why = (

@@ -96,8 +96,14 @@ class SharedPlaces:
         parent = self._parent(key, mode)
         prefix = f"{parent}/{_PREFIX[mode]}-{owner_id(owner)}-"
         path, stat = self._call(
-            f"queue for {key!r}", "create_async", prefix, NodeData.here(0).encode(),
-            ephemeral=True, sequence=True, makepath=True, include_data=True,
+            f"queue for {key!r}",
+            "create_async",
+            prefix,
+            NodeData.here(0).encode(),
+            ephemeral=True,
+            sequence=True,
+            makepath=True,
+            include_data=True,
         )
         name = path.rpartition("/")[2]
         event = threading.Event()
@@ -120,9 +126,13 @@ class SharedPlaces:
                             path, int(stat.czxid), self._backend.session.generation
                         )
                     return int(stat.czxid)
-                if blocker and self._call(
-                    f"watch the queue of {key!r}", "exists_async", f"{parent}/{blocker}", wake
-                ) is None:
+                if (
+                    blocker
+                    and self._call(
+                        f"watch the queue of {key!r}", "exists_async", f"{parent}/{blocker}", wake
+                    )
+                    is None
+                ):
                     continue
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -177,10 +187,15 @@ class SharedPlaces:
                 continue
             data = NodeData.decode(raw)
             kind = {"r": "reader", "w": "writer", "s": "holder"}[child[0]]
-            leases.append(Lease(
-                key=key, owner_hint=child[2:10], token=int(stat.czxid), ttl_remaining=None,
-                holder=f"{kind}: {data.describe(0)}",
-            ))
+            leases.append(
+                Lease(
+                    key=key,
+                    owner_hint=child[2:10],
+                    token=int(stat.czxid),
+                    ttl_remaining=None,
+                    holder=f"{kind}: {data.describe(0)}",
+                )
+            )
         return leases
 
     def forget_after_fork(self) -> None:

@@ -106,9 +106,16 @@ class LockTree:
             if key in self._crowded:
                 # Contended lately: the parent is most likely there, skip the transaction.
                 made, listed = self.creating_all(
-                    key, oid,
-                    op("create_async", prefix, data, ephemeral=True, sequence=True,
-                        include_data=True),
+                    key,
+                    oid,
+                    op(
+                        "create_async",
+                        prefix,
+                        data,
+                        ephemeral=True,
+                        sequence=True,
+                        include_data=True,
+                    ),
                     op("get_children_async", parent),
                 )
                 if isinstance(made, NoNodeError):
@@ -130,8 +137,9 @@ class LockTree:
             if not isinstance(results[0], Exception):
                 stat = results[2]
                 self.saw(stat)
-                return Mine(results[1], stat.czxid, stat.version, True, generation,
-                            first=True), None
+                return Mine(
+                    results[1], stat.czxid, stat.version, True, generation, first=True
+                ), None
             if isinstance(results[0], NodeExistsError):
                 self._crowded[key] = None
                 if len(self._crowded) > _CROWDED:
@@ -143,9 +151,9 @@ class LockTree:
                     error = BackendError(f"creating the lock node of {key!r} failed: {failed!r}")
                 raise error from failed
             made, listed = self.creating_all(
-                key, oid,
-                op("create_async", prefix, data, ephemeral=True, sequence=True,
-                    include_data=True),
+                key,
+                oid,
+                op("create_async", prefix, data, ephemeral=True, sequence=True, include_data=True),
                 op("get_children_async", parent),
             )
             if isinstance(made, NoNodeError):

@@ -46,9 +46,7 @@ class DecoratorContract(ContractBase):
         assert build_report("mon") == "report for mon"
         assert build_report.__name__ == "build_report"
 
-    def test_decorator_rejects_a_placeholder_the_function_lacks(
-        self, make_kit: KitFactory
-    ) -> None:
+    def test_decorator_rejects_a_placeholder_the_function_lacks(self, make_kit: KitFactory) -> None:
         kit = make_kit()
         with pytest.raises(ConfigError) as caught:
 

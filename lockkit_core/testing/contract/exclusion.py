@@ -114,8 +114,16 @@ class ExclusionContract(ContractBase):
         procs = [
             ctx.Process(
                 target=exclusion_worker,
-                args=(backend_url, namespace, "counter", str(counter), str(marker), ROUNDS,
-                      start, results),
+                args=(
+                    backend_url,
+                    namespace,
+                    "counter",
+                    str(counter),
+                    str(marker),
+                    ROUNDS,
+                    start,
+                    results,
+                ),
                 daemon=True,
             )
             for _ in range(WORKERS)
@@ -154,4 +162,3 @@ def _check_exclusion(reports: list[dict[str, Any]], counter: Path, kit: LockKit)
         assert len(tokens) == WORKERS * ROUNDS
         assert len(set(tokens)) == len(tokens), "a fencing token was handed out twice"
         assert sum(r["stale_tokens"] for r in reports) == 0
-

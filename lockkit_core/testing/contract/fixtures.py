@@ -70,4 +70,3 @@ class ContractBase:
         if capability not in kit.backend.capabilities:
             name = capability.name or str(capability)
             pytest.skip(f"the {kit.backend.url.scheme}:// backend does not declare {name}")
-

@@ -97,5 +97,3 @@ def acquire_and_exit(url: str, namespace: str, key: str, ttl: float, results: An
         results.put((lock.owner, lock.token) if got else ("busy", None))
     except BaseException:
         results.put(("error", traceback.format_exc()))
-
-
