@@ -23,22 +23,12 @@ from celery import Celery
 from lockkit_core import ConfigError, LockKit
 from lockkit_core.config import UNSET, LockKitConfig, check_ttl
 from lockkit_core.dedupe import require_hand_off
-from lockkit_core.dedupe.options import TaskOptions
+from lockkit_core.dedupe.options import DEFAULTS, TaskOptions
 
 __all__ = ["DEFAULTS", "ON_DUPLICATE", "TaskOptions", "kit_for", "resolve", "visibility_timeout"]
 
 ON_DUPLICATE: Final = ("skip", "retry", "raise")
 
-DEFAULTS: Final[Mapping[str, Any]] = {
-    "enabled": True,
-    "ttl": UNSET,  # the store's TTL (30 s unless app.conf.lockkit says otherwise)
-    "on_duplicate": "skip",
-    "enqueue_lock": True,
-    "once": None,
-    "wait": 0.0,
-    "enqueue_ttl": 3600.0,
-    "remember": 86400.0,
-}
 
 #: Celery's own default for the Redis and SQS brokers.
 DEFAULT_VISIBILITY_TIMEOUT: Final = 3600.0

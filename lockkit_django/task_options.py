@@ -15,22 +15,11 @@ from typing import Any, Final
 
 from lockkit_core import ConfigError
 from lockkit_core.config import UNSET, check_ttl
-from lockkit_core.dedupe.options import TaskOptions
+from lockkit_core.dedupe.options import DEFAULTS, TaskOptions
 
 __all__ = ["DEFAULTS", "ON_DUPLICATE", "TaskOptions", "check_option", "decide", "parse_tasks"]
 
 ON_DUPLICATE: Final = ("skip", "raise")
-
-DEFAULTS: Final[Mapping[str, Any]] = {
-    "enabled": True,
-    "ttl": UNSET,  # LOCKKIT["TTL"] (30 s unless the settings say otherwise)
-    "on_duplicate": "skip",
-    "enqueue_lock": True,
-    "once": None,
-    "wait": 0.0,
-    "enqueue_ttl": 3600.0,
-    "remember": 86400.0,
-}
 
 
 def check_option(name: str, value: Any, where: str | None = None) -> Any:

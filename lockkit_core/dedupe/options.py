@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, Final
 
-__all__ = ["TaskOptions"]
+from ..config import UNSET
+
+__all__ = ["DEFAULTS", "TaskOptions"]
+
+#: every option and its default, for every adapter (keyword > framework setting > this);
+#: ``ttl`` UNSET means the store's TTL (30 s unless the settings say otherwise)
+DEFAULTS: Final[Mapping[str, Any]] = {
+    "enabled": True,
+    "ttl": UNSET,
+    "on_duplicate": "skip",
+    "enqueue_lock": True,
+    "once": None,
+    "wait": 0.0,
+    "enqueue_ttl": 3600.0,
+    "remember": 86400.0,
+}
 
 
 @dataclass(frozen=True)
