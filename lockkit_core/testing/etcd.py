@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .process import Closing, stop_process
+from .process import Closing, spawn_logged, stop_process
 from .servers import _die_with_parent_prefix, free_port
 
 __all__ = ["EtcdCluster", "EtcdServer", "etcd_request", "find_etcd"]
@@ -148,15 +148,7 @@ class EtcdCluster(Closing):
             "--log-level",
             "warn",
         ]
-        with open(m.log_path, "ab") as log:
-            m.proc = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.dir,
-                start_new_session=True,
-            )
+        m.proc = spawn_logged(args, m.log_path, self.dir)
         m.paused = False
 
     def ready(self, index: int) -> bool:

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .process import Closing, stop_process
+from .process import Closing, spawn_logged, stop_process
 from .servers import _die_with_parent_prefix, free_port
 
 __all__ = ["PostgresServer", "find_postgres_bin", "postgres_ready"]
@@ -210,21 +210,13 @@ class PostgresServer(Closing):
             "-c",
             "shared_buffers=16MB",
         ]
-        with open(self.log_path, "ab") as log:
-            if self._run_as is not None:
-                os.chown(self.log_path, self._run_as.pw_uid, self._run_as.pw_gid)
-            uid, gid, groups = self._ids()
-            self._proc = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.dir,
-                start_new_session=True,
-                user=uid,
-                group=gid,
-                extra_groups=groups,
-            )
+        self.log_path.touch()
+        if self._run_as is not None:
+            os.chown(self.log_path, self._run_as.pw_uid, self._run_as.pw_gid)
+        uid, gid, groups = self._ids()
+        self._proc = spawn_logged(
+            args, self.log_path, self.dir, user=uid, group=gid, extra_groups=groups
+        )
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             assert self._proc is not None

@@ -1,13 +1,33 @@
-"""What every test server here shares: stopping its process, and ``with`` support."""
+"""What every test server here shares: starting and stopping its process, and ``with``
+support."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
+from collections.abc import Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-__all__ = ["Closing", "stop_process"]
+__all__ = ["Closing", "spawn_logged", "stop_process"]
+
+
+def spawn_logged(
+    args: Sequence[str], log_path: Path, cwd: Path, **popen: Any
+) -> subprocess.Popen[bytes]:
+    """Start a server process in a session of its own, in ``cwd``, with no stdin, its output
+    appended to ``log_path``; ``popen`` adds to the ``Popen`` arguments (``env``, ``user``)."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            start_new_session=True,
+            **popen,
+        )
 
 
 def stop_process(

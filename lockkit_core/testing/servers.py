@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .process import Closing, stop_process
+from .process import Closing, spawn_logged, stop_process
 
 __all__ = ["RedisServer", "build_clock_shifter", "free_port", "redis_ping"]
 
@@ -248,16 +248,7 @@ class RedisServer(Closing):
         env = dict(os.environ)
         if self._shifter is not None:
             env.update(LD_PRELOAD=self._shifter, LOCKKIT_CLOCK_FILE=str(self.clock_file))
-        with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.dir,
-                start_new_session=True,
-                env=env,
-            )
+        self._proc = spawn_logged(args, self.log_path, self.dir, env=env)
         self._paused = False
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .process import Closing, stop_process
+from .process import Closing, spawn_logged, stop_process
 from .servers import _die_with_parent_prefix, free_port
 
 __all__ = ["ZooKeeperEnsemble", "ZooKeeperServer", "find_zookeeper_classpath", "four_letter"]
@@ -109,7 +109,6 @@ class _Member:
         return cfg
 
     def spawn(self, classpath: str) -> None:
-        log = open(self.dir / "zookeeper.log", "ab")  # noqa: SIM115 - the child keeps it
         args = [
             *_die_with_parent_prefix(),
             shutil.which("java") or "/usr/bin/java",
@@ -125,17 +124,7 @@ class _Member:
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",
             str(self.dir / "zoo.cfg"),
         ]
-        try:
-            self.proc = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.dir,
-                start_new_session=True,
-            )
-        finally:
-            log.close()
+        self.proc = spawn_logged(args, self.dir / "zookeeper.log", self.dir)
         self.paused = False
 
     def running(self) -> bool:
