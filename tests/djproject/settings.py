@@ -68,6 +68,9 @@ DATABASES = {
     },
 }
 
+# The pg alias holds no task tables (see routers.py).
+DATABASE_ROUTERS = ["djproject.routers.TasksOnDefault"]
+
 # lockkit_django.tasks' tests: tasks stored in this database, run by real db_worker processes.
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
