@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 from holders import (
     check_no_ghost_holds_the_key,
     check_sigkilled_holder_frees_the_key_within_its_ttl,
@@ -359,6 +360,36 @@ def test_timeout_is_honoured_on_a_slow_link(
                 assert elapsed < 0.3 + 2 * 0.2, f"timeout=0.3 returned after {elapsed:.3f} s"
     finally:
         far.close()
+
+
+def test_a_timed_out_waiter_returns_at_its_timeout_and_leaves_the_queue_after(
+    proxy: TcpProxy, direct: LockKit, redis_server: RedisServer, namespace: str
+) -> None:
+    """Leaving the queue is not the caller's wait: a waiter whose time is up returns then,
+    not a round trip later, and its entry is taken out of the queue just after."""
+    far = LockKit(
+        proxy.url_for("redis", 0, socket_timeout=3, socket_connect_timeout=3), namespace=namespace
+    )
+    raw = redis.Redis.from_url(redis_server.url)
+    queue = f"lockkit:{{{namespace}:busy}}:q"
+    try:
+        with direct.lock("busy"):
+            # the release listener is up, subscribed over a fast link
+            assert far.lock("busy", timeout=0.05, fair=True).acquire() is False
+            proxy.set_delay(0.15)  # a 0.3 s round trip
+            for _ in range(2):
+                start = time.monotonic()
+                # fair=True: told of the holder's lease, it makes no attempt after the first
+                assert far.lock("busy", timeout=0.6, fair=True).acquire() is False
+                elapsed = time.monotonic() - start
+                assert elapsed < 0.6 + 0.15, f"timeout=0.6 returned after {elapsed:.3f} s"
+                deadline = time.monotonic() + 3
+                while raw.zcard(queue):
+                    assert time.monotonic() < deadline, "the waiter never left the queue"
+                    time.sleep(0.01)
+    finally:
+        far.close()
+        raw.close()
 
 
 def test_proxy_reset_is_seen_as_an_outage_not_as_busy(proxy: TcpProxy, namespace: str) -> None:

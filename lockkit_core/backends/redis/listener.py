@@ -7,6 +7,7 @@ import random
 import secrets
 import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ class Listener:
         self.channel = "lockkit:w:" + secrets.token_hex(8)
         self._waiters: dict[str, RedisWaiter] = {}  # by owner id
         self._left: dict[str, tuple[str, str, float]] = {}  # id -> key, secret, forget at
+        self._leaving: deque[str] = deque()  # ids of waiters to take out of their queues
+        self._leaver: threading.Thread | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()  # subscribed and reading
         self._closed = False
@@ -69,10 +72,29 @@ class Listener:
             if abandoned:
                 self._remember_left(waiter)
 
-    def abandon(self, waiter: RedisWaiter) -> None:
-        """``waiter`` left the queue without telling the server: pass on what it is handed."""
+    def leave_soon(self, waiter: RedisWaiter) -> None:
+        """Forget ``waiter`` and take it out of its queue on the server from another thread;
+        until that lands, a lock handed to it is passed on."""
         with self._lock:
-            self._remember_left(waiter)
+            if self._waiters.get(waiter.id) is waiter:
+                del self._waiters[waiter.id]
+            self._left[waiter.id] = (waiter.key, waiter.owner, waiter.entry_until)
+            self._ensure_running()
+            self._leaving.append(waiter.id)
+            if self._leaver is None:
+                self._leaver = threading.Thread(
+                    target=self._leave_all, name="lockkit-redis-leaver", daemon=True
+                )
+                self._leaver.start()
+
+    def _leave_all(self) -> None:
+        while True:
+            with self._lock:
+                if not self._leaving:
+                    self._leaver = None
+                    return
+                owner = self._leaving.popleft()
+            self._leave_for(owner)
 
     def _remember_left(self, waiter: RedisWaiter) -> None:
         # as long as its queue entry may live on the server, so a hand-over can still come
@@ -91,8 +113,9 @@ class Listener:
     def _leave_for(self, owner: str) -> None:
         with self._lock:
             left = self._left.pop(owner, None)
-        if left is not None:
-            self._pass_on(*left[:2])
+        if left is not None and not self._pass_on(*left[:2]):
+            with self._lock:  # still queued on the server: a lock handed to it is passed on
+                self._left.setdefault(owner, left)
 
     def _ensure_running(self) -> None:
         if self._thread is None and not self._closed:
@@ -130,11 +153,13 @@ class Listener:
                 target=self._pass_on, args=left[:2], name="lockkit-redis-pass-on", daemon=True
             ).start()
 
-    def _pass_on(self, key: str, secret: str) -> None:
+    def _pass_on(self, key: str, secret: str) -> bool:
         try:
             self._backend.leave(key, secret)
-        except Exception as exc:  # the lock then frees itself when its lease ends
-            log.warning("could not pass on a lock of %s handed to a waiter that left: %s", key, exc)
+        except Exception as exc:  # a lock handed to it then frees itself when its lease ends
+            log.warning("could not leave the queue of %s for a waiter that left: %s", key, exc)
+            return False
+        return True
 
     def _idle_now(self, now: float) -> bool:
         """True when nobody waits and no waiter that left may still be handed a lock."""

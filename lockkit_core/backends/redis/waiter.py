@@ -7,7 +7,6 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ...errors import BackendError
 from ..base import Grant, Waiter
 from .scripts import owner_id
 
@@ -65,14 +64,14 @@ class RedisWaiter(Waiter):
 
     def close(self, acquired: bool, *, reachable: bool = True) -> None:
         queued = not acquired and self.queued_at is not None
+        self._backend._queued.pop((self.key, self.owner), None)
+        if queued and reachable:
+            # The caller's time is up: its queue entry is taken out in the background, not
+            # a round trip past its timeout. Until then the listener passes on a lock
+            # handed to it.
+            self._listener.leave_soon(self)
+            return
         # A queued waiter that leaves without a word (the store just failed; another round
         # trip would cost the caller another socket timeout) stays known to the listener,
         # which passes on a lock handed to it; its entry on the server expires by itself.
-        self._listener.unregister(self, abandoned=queued and not reachable)
-        self._backend._queued.pop((self.key, self.owner), None)
-        if queued and reachable:
-            try:
-                self._backend.leave(self.key, self.owner)
-            except BackendError:
-                self._listener.abandon(self)
-                raise
+        self._listener.unregister(self, abandoned=queued)
