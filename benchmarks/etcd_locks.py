@@ -30,6 +30,7 @@ from typing import Any
 from lockkit_core.testing.etcd import EtcdServer
 
 from . import report
+from .machine import isolated, spin
 from .report import Column
 from .stats import Section, percentile, section_stats
 
@@ -156,20 +157,7 @@ def _uncontended_child(name: str, url: str, cycles: int, warmup: int) -> dict[st
     }
 
 
-def _isolated(func: Callable[..., Any], *args: Any) -> Any:
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(1, mp_context=_SPAWN) as pool:
-        return pool.submit(func, *args).result()
-
-
 # -- 2. contention -------------------------------------------------------------------------------
-
-
-def _spin(seconds: float) -> None:
-    until = time.monotonic() + seconds
-    while time.monotonic() < until:
-        pass
 
 
 def _contention_child(name: str, url: str, settings: Settings, barrier: Any, results: Any) -> None:
@@ -186,7 +174,7 @@ def _contention_child(name: str, url: str, settings: Settings, barrier: Any, res
         while (asked := time.monotonic()) < stop:
             acquire()
             got = time.monotonic()
-            _spin(settings.hold)
+            spin(settings.hold)
             done = time.monotonic()
             release()
             sections.append((asked, got, done, os.getpid()))
@@ -349,15 +337,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in CONTENDERS:
             print(f"  .. {name}", file=sys.stderr, flush=True)
             try:
-                found = _isolated(
-                    _uncontended_child, name, server.url, settings.cycles, settings.warmup
+                found = isolated(
+                    None, _uncontended_child, name, server.url, settings.cycles, settings.warmup
                 )
                 rows1.append({"library": name, **found})
             except Exception as exc:
                 rows1.append({"library": name, "error": f"{type(exc).__name__}: {exc}"})
             rows2.append(_contention(name, server, settings, rtt))
-            rows3.append(_isolated(_fairness, name, server.url, settings))
-        one = _isolated(_one_waiter, server.url)
+            rows3.append(isolated(None, _fairness, name, server.url, settings))
+        one = isolated(None, _one_waiter, server.url)
     print(
         f"etcd {server.url}; round trip p50: read (kv/range) {read_rtt:.0f} us, write "
         f"(kv/put) {rtt:.0f} us; hand-offs are counted in write round trips; ttl {TTL:g} s"

@@ -12,11 +12,18 @@ run is pinned, and the Redis family runs under two pinnings:
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import platform
 import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 __all__ = [
     "PINNING_NAMES",
@@ -90,6 +97,20 @@ def pin_self(cpu: int | None) -> None:
     """Pin the calling process to ``cpu`` (children inherit it); no-op for None."""
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
+
+
+def isolated(cpu: int | None, func: Callable[..., T], *args: Any) -> T:
+    """Run ``func(*args)`` in a fresh spawned process pinned to ``cpu`` (None: not pinned)."""
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=spawn, initializer=pin_self, initargs=(cpu,)) as pool:
+        return pool.submit(func, *args).result()
+
+
+def spin(seconds: float) -> None:
+    """Keep the CPU busy for ``seconds``: a critical section's work."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        pass
 
 
 def pin_all_threads(pid: int, cpu: int | None) -> None:

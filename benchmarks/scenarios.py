@@ -17,12 +17,11 @@ import queue
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from .contenders import by_name
-from .machine import pin_self
+from .machine import isolated, pin_self, spin
 from .stats import Section, percentile, section_stats
 
 __all__ = ["FreshTarget", "Settings", "contention", "many_keys", "uncontended"]
@@ -62,12 +61,6 @@ class Settings:
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:160]
-
-
-def _isolated(cpu: int | None, func: Callable[..., T], *args: Any) -> T:
-    """Run ``func(*args)`` in a fresh spawned process pinned to ``cpu``."""
-    with ProcessPoolExecutor(1, mp_context=_SPAWN, initializer=pin_self, initargs=(cpu,)) as pool:
-        return pool.submit(func, *args).result()
 
 
 # -- 1. uncontended -----------------------------------------------------------------------------
@@ -137,7 +130,7 @@ def uncontended(
             _progress(f"uncontended  round {round_no + 1}/{settings.rounds}  {name}")
             group = [name, *partner] if name != baseline else partner
             try:
-                found = _isolated(
+                found = isolated(
                     cpu,
                     _uncontended_child,
                     group,
@@ -177,12 +170,6 @@ def uncontended(
 # -- 2. contention ------------------------------------------------------------------------------
 
 
-def _spin(seconds: float) -> None:
-    until = time.monotonic() + seconds
-    while time.monotonic() < until:
-        pass
-
-
 def _contention_child(
     name: str,
     target: str,
@@ -210,7 +197,7 @@ def _contention_child(
             if not acquire():
                 raise RuntimeError("a blocking acquire returned False")
             got = time.monotonic()
-            _spin(hold)
+            spin(hold)
             done = time.monotonic()
             release()
             sections.append((asked, got, done, pid))
@@ -336,7 +323,7 @@ def many_keys(
     for name in names:
         _progress(f"many keys    {settings.many_cycles} cycles  {name}")
         try:
-            seconds = _isolated(
+            seconds = isolated(
                 cpu,
                 _many_keys_child,
                 name,
