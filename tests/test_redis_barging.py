@@ -22,6 +22,7 @@ import redis
 from lockkit_core import LockKit
 from lockkit_core.backends.base import Grant, Waiter, owner_id
 from lockkit_core.backends.redis import RedisBackend
+from lockkit_core.backends.redis.waiter import RedisWaiter
 
 pytestmark = pytest.mark.redis
 
@@ -51,7 +52,7 @@ def kit(redis_server: Any) -> Iterator[LockKit]:
         warm = backend.waiter(f"{kit.namespace}:warm", secrets.token_hex(16), False)
         assert backend._listener.wait_ready(5.0)
         time.sleep(0.05)  # the wake-up that follows the subscription has passed
-        warm.close(False)
+        _close(warm, False)
         yield kit
 
 
@@ -91,7 +92,7 @@ class _Queued:
         acquired = (
             handed is not None or self.backend.try_acquire(self.key, self.owner, TTL).acquired
         )
-        self.waiter.close(acquired)
+        _close(self.waiter, acquired)
         assert acquired, "the waiter did not get the free lock"
         assert self.backend.release(self.key, self.owner)
 
@@ -102,6 +103,23 @@ class _Queued:
         if handed is not None:
             return handed.acquired
         return self.backend.try_acquire(self.key, self.owner, TTL).acquired
+
+
+def _close(waiter: Waiter, acquired: bool) -> None:
+    """Close ``waiter``; one that gave up has left the queue when this returns. It leaves
+    from a background thread, and these tests order every step themselves."""
+    waiter.close(acquired)
+    assert isinstance(waiter, RedisWaiter)
+    queue = f"lockkit:{{{waiter.key}}}:q"
+    client = _backend_of(waiter).client
+    deadline = time.monotonic() + 5.0
+    while client.zscore(queue, waiter.id) is not None:
+        assert time.monotonic() < deadline, "a waiter that gave up never left the queue"
+        time.sleep(0.002)
+
+
+def _backend_of(waiter: RedisWaiter) -> RedisBackend:
+    return waiter._backend
 
 
 def _held(kit: LockKit) -> tuple[RedisBackend, str, str]:
@@ -129,7 +147,7 @@ def test_a_fair_false_releaser_takes_the_lock_again_past_a_young_queue(
     for _ in range(5):  # a slow machine may age the head past BARGE_MS between two calls
         assert backend.release(key, holder)
         holder, waiter, got = _ask(kit, fair=False)
-        waiter.close(got)
+        _close(waiter, got)
         if got:
             barged += 1
         else:  # the head was served in order: start again with a young head
@@ -146,7 +164,7 @@ def test_a_fair_false_releaser_takes_the_lock_again_past_a_young_queue(
         assert raw.zrange(f"lockkit:{{{kit.namespace}:k}}:q", 0, -1) == [
             queued.waiter.id.encode()  # type: ignore[attr-defined]
         ]
-    queued.waiter.close(False)
+    _close(queued.waiter, False)
     assert backend.release(key, holder)
     assert barged >= 1, "a fair=False releaser never took the lock past a young queue"
 
@@ -160,7 +178,7 @@ def test_a_fair_false_waiter_is_passed_over_at_most_barge_max_times(
     for _ in range(5 * BARGE_MAX):
         assert backend.release(key, holder)
         holder, waiter, got = _ask(kit, fair=False)
-        waiter.close(got)
+        _close(waiter, got)
         if not got:
             break
         passed += 1
@@ -182,7 +200,7 @@ def test_a_fair_false_waiter_that_waited_past_the_bound_is_handed_the_lock(
     assert backend.release(key, holder)
     assert _holder_id(raw, kit) == owner_id(queued.owner)  # handed on release, in order
     _, waiter, got = _ask(kit, fair=False)
-    waiter.close(got)
+    _close(waiter, got)
     assert got is False
     assert queued.served()
     queued.waiter.close(True)
@@ -202,7 +220,7 @@ def test_a_fair_waiter_in_the_queue_keeps_every_release_in_order(
         assert backend.release(key, holder)
         assert _holder_id(raw, kit) == owner_id(queued.owner)
         _, waiter, got = _ask(kit, fair=False)
-        waiter.close(got)
+        _close(waiter, got)
         assert got is False
         assert queued.served()
         queued.waiter.close(True)
@@ -228,7 +246,7 @@ def test_a_fair_waiter_is_told_the_holders_lease_not_a_turn(kit: LockKit) -> Non
     backend, key, holder = _held(kit)
     queued = _Queued(kit, fair=True)
     assert queued.grant.retry_after is not None and queued.grant.retry_after > TTL / 2
-    queued.waiter.close(False)
+    _close(queued.waiter, False)
     assert backend.release(key, holder)
 
 
@@ -237,7 +255,7 @@ def test_a_head_told_the_lock_is_free_that_leaves_tells_the_next(kit: LockKit) -
     first = _Queued(kit, fair=False)
     second = _Queued(kit, fair=False)
     assert backend.release(key, holder)  # the head is young: told "free", or handed it
-    first.waiter.close(False)  # gives up (its timeout): leaves the queue
+    _close(first.waiter, False)  # gives up (its timeout): leaves the queue
     handed, took = second.wait()
     assert took < 1.0, f"the next waiter slept {took:.2f} s on a free lock"
     second.takes(handed)
@@ -284,10 +302,10 @@ def test_only_the_process_that_freed_the_lock_takes_it_past_a_young_queue(
         assert _holder_id(raw, kit) is None  # still free, for the releaser to take back
         assert got.retry_after is not None and got.retry_after <= 1.0
         back, mine, taken = _ask(kit, fair=False)
-        mine.close(taken)
+        _close(mine, taken)
         assert taken, "the process that freed the lock could not take it back"
-        waiter.close(False)
-        queued.waiter.close(False)
+        _close(waiter, False)
+        _close(queued.waiter, False)
         assert backend.release(key, back)
     finally:
         other.close()
@@ -303,7 +321,7 @@ def test_a_head_told_of_a_lock_freed_past_it_takes_it_within_milliseconds(
     first = _Queued(kit, fair=False)
     second = _Queued(kit, fair=False)
     assert second.grant.retry_after is not None and second.grant.retry_after > BARGE_MS / 1000
-    first.waiter.close(False)  # leaves: second is the head now, and has not asked since
+    _close(first.waiter, False)  # leaves: second is the head now, and has not asked since
     assert backend.release(key, holder)
     start = time.monotonic()
     handed, _ = second.wait(TTL)  # as the acquire loop waits: the holder's lease, or less

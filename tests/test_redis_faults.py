@@ -387,6 +387,9 @@ def test_a_timed_out_waiter_returns_at_its_timeout_and_leaves_the_queue_after(
                 while raw.zcard(queue):
                     assert time.monotonic() < deadline, "the waiter never left the queue"
                     time.sleep(0.01)
+            assert far.lock("busy", timeout=0.6, fair=True).acquire() is False
+            far.close()  # a leave still on its way lands before the kit's connections close
+            assert raw.zcard(queue) == 0
     finally:
         far.close()
         raw.close()

@@ -122,7 +122,10 @@ class Waiter(ABC):
        handed to a waiter that gave up (``acquired=False``) must be passed on, not kept. With
        ``reachable=False`` the store has just failed: make no round trip (the caller must not
        wait another socket timeout); whatever the registration left on the store must expire
-       by itself within the backend's short notify bound.
+       by itself within the backend's short notify bound. ``close`` must not keep the caller
+       past its timeout: a store told of the departure may be told after ``close`` returns
+       (redis:// does so from a background thread), since an owner token serves one
+       acquisition and is never asked with again.
     """
 
     @abstractmethod

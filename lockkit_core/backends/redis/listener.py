@@ -27,6 +27,10 @@ QUIET = 0.5
 ANSWER_WITHIN = 0.5
 
 
+#: how long closing waits for the queues of timed-out waiters to be left
+LEAVE_AT_CLOSE = 1.0
+
+
 class _Silent(Exception):
     """The server did not answer the listener in time."""
 
@@ -228,6 +232,10 @@ class Listener:
 
     def close(self) -> None:
         self._closed = True
+        leaver = self._leaver
+        if leaver is not None and leaver is not threading.current_thread():
+            # leaves on their way land before the connections close (never longer than this)
+            leaver.join(LEAVE_AT_CLOSE)
 
 
 def as_text(value: bytes | str) -> str:
