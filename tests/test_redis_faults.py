@@ -395,6 +395,55 @@ def test_a_timed_out_waiter_returns_at_its_timeout_and_leaves_the_queue_after(
         raw.close()
 
 
+def test_a_lock_released_as_a_far_waiter_gives_up_reaches_the_next_waiter(
+    proxy: TcpProxy, direct: LockKit, redis_server: RedisServer, namespace: str
+) -> None:
+    """The holder releases just as a waiter on a slow link gives up: the lock is handed to that
+    waiter's entry, whose leave is still on its way. The leave passes it on when it lands, so
+    the next waiter gets it within a couple of round trips, not when a lease ends."""
+    far = LockKit(
+        proxy.url_for("redis", 0, socket_timeout=3, socket_connect_timeout=3), namespace=namespace
+    )
+    raw = redis.Redis.from_url(redis_server.url)
+    queue = f"lockkit:{{{namespace}:k}}:q"
+
+    def queued(n: int) -> None:
+        deadline = time.monotonic() + 5
+        while raw.zcard(queue) != n:
+            assert time.monotonic() < deadline, f"the queue never held {n} waiter(s)"
+            time.sleep(0.005)
+
+    got: dict[str, Any] = {}
+
+    def next_waiter() -> None:
+        with direct.lock("k", timeout=10, fair=True):
+            got["at"] = time.monotonic()
+
+    try:
+        holder = direct.lock("k", ttl=30, auto_renew=False)  # waiting it out would show
+        assert holder.acquire()
+        assert far.lock("k", timeout=0.05, fair=True).acquire() is False  # listener up
+        queued(0)
+        proxy.set_delay(0.15)
+        far_lock = far.lock("k", timeout=0.6, fair=True)
+        far_waits = threading.Thread(target=lambda: got.setdefault("far", far_lock.acquire()))
+        far_waits.start()
+        queued(1)
+        behind = threading.Thread(target=next_waiter)
+        behind.start()
+        queued(2)
+        far_waits.join(5)
+        assert got["far"] is False
+        holder.release()  # far's entry is still the head: its leave has not landed yet
+        released = time.monotonic()
+        behind.join(10)
+        assert "at" in got, "the next waiter never got the lock"
+        assert got["at"] - released < 1.5, f"it got it {got['at'] - released:.2f} s later"
+    finally:
+        far.close()
+        raw.close()
+
+
 def test_proxy_reset_is_seen_as_an_outage_not_as_busy(proxy: TcpProxy, namespace: str) -> None:
     """While every connection is cut at once, acquire either works or raises."""
     far = LockKit(
