@@ -63,7 +63,7 @@ so (when its time as the head is up: ``RedisWaiter.ask_at``); past the bounds th
 hands over in order. So a lock freed that way and taken by nobody waits about 2 ms for the head,
 and each waiter ahead adds at most about 10 ms to a ``fair=False`` wait. Waiters behind such a
 head ask again at least every second, in case the head dies while the lock sits free; a head
-that left without a word after an outage is left for by its process at its time to ask. The
+that gave up in an outage is left for by its process as soon as the server answers. The
 server clock only moves the 10 ms bound: a clock stepped back is bounded by the count.
 
 A notice nobody receives (PUBLISH counts 0: the waiter's process died, or its listener is
@@ -71,11 +71,13 @@ reconnecting) is not waited on: the next waiter is served in the same call, and 
 skipped that way queues again on its next attempt. The listener checks its connection (PING)
 after half a second of silence and reconnects when no answer comes within half a second, so a
 half-open link costs a waiter about a second; while it is down, waiters poll with short backoff.
-A notice for a waiter that left without telling the server (after an outage) is passed on by the
-listener at once. An attempt whose caller got ``BackendUnavailable`` may still reach the server
-when the link heals (TCP delivers it late) and take the key for an owner that is gone: the
-backend's next attempts and renewals give back (``leave``) what such attempts may have taken,
-once a second, for a minute plus two ttls after each (an owner token serves one acquisition).
+A waiter that gives up (its timeout, or an outage) returns at once; its process leaves the queue
+for it from a background thread (``leaver.py``), as soon as the server answers, and passes on a
+notice that reaches it first. An attempt whose caller got ``BackendUnavailable`` may still reach
+the server when the link heals (TCP delivers it late) and take the key for an owner that is
+gone: that thread gives back (``leave``) what such attempts may have taken, once a second, for
+a minute plus two ttls after each (an owner token serves one acquisition), with no other call
+needed.
 
 Limits, for the Cluster work: on a multi-node cluster PUBLISH counts only subscribers on the
 node that runs the script, so notices should move to sharded pub/sub (``SPUBLISH`` on a channel

@@ -6,7 +6,6 @@ import inspect
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -15,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ...errors import BackendError, BackendUnavailable
 from ...url import LockURL
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter
+from .leaver import Leaver
 from .listener import Listener, as_text
 from .scripts import PREFIX, Script, owner_id, stored_key, stored_keys
 from .waiter import RedisWaiter
@@ -31,6 +31,8 @@ T = TypeVar("T")
 #: how long (seconds, plus two ttls) an attempt that failed in an outage is given back for:
 #: its request may still arrive when the link heals, and set a lease of one ttl from then
 ABANDONED_FOR = 60.0
+#: how long closing waits for the queues of waiters that just gave up to be left
+LEAVE_AT_CLOSE = 1.0
 
 
 class RedisBackend(Backend):
@@ -114,12 +116,8 @@ class RedisBackend(Backend):
         self._floor = 0
         self._holder = f"{socket.gethostname()} pid "
         self._listener = Listener(self)
-        # Attempts whose caller got BackendUnavailable: the request may still reach the server
-        # (TCP delivers it when the link heals) and take the key for an owner that is gone.
-        # (key, owner) -> when to stop giving it back; see _give_back_abandoned.
-        self._abandoned: dict[tuple[str, str], float] = {}
-        self._abandoned_lock = threading.Lock()
-        self._give_back_at = 0.0
+        #: leaves queues, and gives back what abandoned attempts may take, for owners gone
+        self.leaver = Leaver(self.leave)
 
     # -- error boundary ------------------------------------------------------------------------
 
@@ -160,36 +158,13 @@ class RedisBackend(Backend):
         self._floor = max(self._floor, token)
         return token
 
-    def _give_back_abandoned(self) -> None:
-        """Give back (leave) what abandoned attempts may have taken, at most once a second
-        and for ABANDONED_FOR seconds after each: an owner token serves one acquisition, so
-        nobody holds under it legitimately any more."""
-        now = time.monotonic()
-        with self._abandoned_lock:
-            if now < self._give_back_at:
-                return
-            self._give_back_at = now + 1.0
-            for item in [item for item, until in self._abandoned.items() if until < now]:
-                del self._abandoned[item]
-            pending = list(self._abandoned)
-        for key, owner in pending:
-            try:
-                self.leave(key, owner)
-            except BackendUnavailable:
-                raise  # still out of reach: the caller's attempt would fail the same way
-            except BackendError as exc:
-                log.warning("could not give back an abandoned attempt on %s: %s", key, exc)
-                with self._abandoned_lock:
-                    self._abandoned.pop((key, owner), None)
-
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
-        if self._abandoned:
-            self._give_back_abandoned()
         try:
             return self._try_acquire(key, owner, ttl)
         except BackendUnavailable:
-            with self._abandoned_lock:
-                self._abandoned[(key, owner)] = time.monotonic() + ABANDONED_FOR + 2 * ttl
+            # The request may still reach the server when the link heals, and take the key
+            # (or a place in its queue) for an owner that is gone: give it back meanwhile.
+            self.leaver.give_back(key, owner, time.monotonic() + ABANDONED_FOR + 2 * ttl)
             raise
 
     def _try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
@@ -237,8 +212,6 @@ class RedisBackend(Backend):
         )
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
-        if self._abandoned:
-            self._give_back_abandoned()  # renewals come here: a kit that only holds cleans up
         lock_key = stored_key(key)
         ms = max(1, int(ttl * 1000))
         done = self._call(
@@ -330,11 +303,14 @@ class RedisBackend(Backend):
 
     def after_fork_in_child(self) -> None:
         # redis-py's pool notices the new pid and opens fresh connections; the listener
-        # thread did not survive the fork, so start from a new one.
+        # and leaver threads did not survive the fork, so start from new ones.
         self._listener = Listener(self)
+        self.leaver = Leaver(self.leave)
 
     def close(self) -> None:
         self._listener.close()
+        # leaves still to do (waiters that just timed out) land before the connections close
+        self.leaver.close(wait=LEAVE_AT_CLOSE)
         self.client.close()
         self.listener_client.close()
 

@@ -7,7 +7,6 @@ import random
 import secrets
 import threading
 import time
-from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -25,10 +24,6 @@ QUIET = 0.5
 #: ... and a connection that has not answered within this long is dead, whatever TCP says:
 #: a half-open link (a dropped NAT entry, a paused proxy) never reports an error.
 ANSWER_WITHIN = 0.5
-
-
-#: how long closing waits for the queues of timed-out waiters to be left
-LEAVE_AT_CLOSE = 1.0
 
 
 class _Silent(Exception):
@@ -52,8 +47,6 @@ class Listener:
         self.channel = "lockkit:w:" + secrets.token_hex(8)
         self._waiters: dict[str, RedisWaiter] = {}  # by owner id
         self._left: dict[str, tuple[str, str, float]] = {}  # id -> key, secret, forget at
-        self._leaving: deque[str] = deque()  # ids of waiters to take out of their queues
-        self._leaver: threading.Thread | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()  # subscribed and reading
         self._closed = False
@@ -68,58 +61,23 @@ class Listener:
             self._left.pop(waiter.id, None)
             self._ensure_running()
 
-    def unregister(self, waiter: RedisWaiter, *, abandoned: bool = False) -> None:
-        """Forget ``waiter``; if ``abandoned``, a lock still handed to it will be passed on."""
+    def unregister(self, waiter: RedisWaiter) -> None:
+        """Forget ``waiter``, which got the lock or never queued."""
         with self._lock:
             if self._waiters.get(waiter.id) is waiter:
                 del self._waiters[waiter.id]
-            if abandoned:
-                self._remember_left(waiter)
 
-    def leave_soon(self, waiter: RedisWaiter) -> None:
-        """Forget ``waiter`` and take it out of its queue on the server from another thread;
-        until that lands, a lock handed to it is passed on."""
+    def left(self, waiter: RedisWaiter) -> None:
+        """Forget ``waiter``, which gave up while queued, and have its queue left on the
+        server in the background. Until its entry is gone there, a lock handed to it is
+        passed on (the leave does that too, whichever comes first)."""
         with self._lock:
             if self._waiters.get(waiter.id) is waiter:
                 del self._waiters[waiter.id]
+            # as long as its queue entry may live on the server, so a hand-over can still come
             self._left[waiter.id] = (waiter.key, waiter.owner, waiter.entry_until)
             self._ensure_running()
-            self._leaving.append(waiter.id)
-            if self._leaver is None:
-                self._leaver = threading.Thread(
-                    target=self._leave_all, name="lockkit-redis-leaver", daemon=True
-                )
-                self._leaver.start()
-
-    def _leave_all(self) -> None:
-        while True:
-            with self._lock:
-                if not self._leaving:
-                    self._leaver = None
-                    return
-                owner = self._leaving.popleft()
-            self._leave_for(owner)
-
-    def _remember_left(self, waiter: RedisWaiter) -> None:
-        # as long as its queue entry may live on the server, so a hand-over can still come
-        self._left[waiter.id] = (waiter.key, waiter.owner, waiter.entry_until)
-        self._ensure_running()
-        if waiter.ask_at is not None:
-            # It may head a queue whose releases do not tell it (lua/lock.lua, bounded
-            # barging): when it would have asked again, leave for it, which passes a lock
-            # freed meanwhile to the next waiter.
-            timer = threading.Timer(
-                max(0.0, waiter.ask_at - time.monotonic()), self._leave_for, (waiter.id,)
-            )
-            timer.daemon = True
-            timer.start()
-
-    def _leave_for(self, owner: str) -> None:
-        with self._lock:
-            left = self._left.pop(owner, None)
-        if left is not None and not self._pass_on(*left[:2]):
-            with self._lock:  # still queued on the server: a lock handed to it is passed on
-                self._left.setdefault(owner, left)
+        self._backend.leaver.leave(waiter.key, waiter.owner, waiter.entry_until)
 
     def _ensure_running(self) -> None:
         if self._thread is None and not self._closed:
@@ -152,18 +110,9 @@ class Listener:
                 return
             left = self._left.pop(owner, None)
         if left is not None:
-            # Off this thread: the round trip must not delay notices for other waiters.
-            threading.Thread(
-                target=self._pass_on, args=left[:2], name="lockkit-redis-pass-on", daemon=True
-            ).start()
-
-    def _pass_on(self, key: str, secret: str) -> bool:
-        try:
-            self._backend.leave(key, secret)
-        except Exception as exc:  # a lock handed to it then frees itself when its lease ends
-            log.warning("could not leave the queue of %s for a waiter that left: %s", key, exc)
-            return False
-        return True
+            # Handed to a waiter that left: passed on by a leave, off this thread (the round
+            # trip must not delay notices for other waiters).
+            self._backend.leaver.leave(*left)
 
     def _idle_now(self, now: float) -> bool:
         """True when nobody waits and no waiter that left may still be handed a lock."""
@@ -232,10 +181,6 @@ class Listener:
 
     def close(self) -> None:
         self._closed = True
-        leaver = self._leaver
-        if leaver is not None and leaver is not threading.current_thread():
-            # leaves on their way land before the connections close (never longer than this)
-            leaver.join(LEAVE_AT_CLOSE)
 
 
 def as_text(value: bytes | str) -> str:

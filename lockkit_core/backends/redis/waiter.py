@@ -63,15 +63,11 @@ class RedisWaiter(Waiter):
                 return None  # woken to ask, or our time is up
 
     def close(self, acquired: bool, *, reachable: bool = True) -> None:
-        queued = not acquired and self.queued_at is not None
         self._backend._queued.pop((self.key, self.owner), None)
-        if queued and reachable:
-            # The caller's time is up: its queue entry is taken out in the background, not
-            # a round trip past its timeout. Until then the listener passes on a lock
-            # handed to it.
-            self._listener.leave_soon(self)
-            return
-        # A queued waiter that leaves without a word (the store just failed; another round
-        # trip would cost the caller another socket timeout) stays known to the listener,
-        # which passes on a lock handed to it; its entry on the server expires by itself.
-        self._listener.unregister(self, abandoned=queued)
+        if acquired or self.queued_at is None:
+            self._listener.unregister(self)
+        else:
+            # Its time is up, or the store just failed: either way no round trip now (it
+            # would be spent past the caller's timeout). The queue is left in the background,
+            # once the store answers; until then a lock handed to it is passed on.
+            self._listener.left(self)
