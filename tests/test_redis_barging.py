@@ -291,18 +291,21 @@ def test_only_the_process_that_freed_the_lock_takes_it_past_a_young_queue(
     try:
         holder = secrets.token_hex(16)
         assert backend.try_acquire(key, holder, TTL).acquired
+        started = time.monotonic()  # the head's time as the head starts after this
         queued = _Queued(kit, fair=False)
         assert backend.release(key, holder)
-        if _holder_id(raw, kit) is not None:
-            pytest.skip("the head aged past BARGE_MS before the release (a very slow machine)")
         stranger = secrets.token_hex(16)
         waiter = _backend(other).waiter(key, stranger, False)
         got = _backend(other).try_acquire(key, stranger, TTL)
         assert got.acquired is False, "a process that did not free the lock took it past the queue"
-        assert _holder_id(raw, kit) is None  # still free, for the releaser to take back
-        assert got.retry_after is not None and got.retry_after <= 1.0
+        after_stranger = _holder_id(raw, kit)  # still free, for the releaser to take back
         back, mine, taken = _ask(kit, fair=False)
         _close(mine, taken)
+        if time.monotonic() - started >= BARGE_MS / 1000 and not taken:
+            # the head's time ran out meanwhile, and releases hand over in order again
+            pytest.skip("the head aged past BARGE_MS during the test (a very slow machine)")
+        assert after_stranger is None
+        assert got.retry_after is not None and got.retry_after <= 1.0
         assert taken, "the process that freed the lock could not take it back"
         _close(waiter, False)
         _close(queued.waiter, False)

@@ -495,7 +495,7 @@ def test_an_attempt_abandoned_in_an_outage_is_given_back_without_another_call(
         with direct.lock("idle", timeout=8) as held:
             assert held.owned()
         waited = time.monotonic() - start
-        assert waited < 2.5, f"the key was held {waited:.1f} s by an attempt nobody made"
+        assert waited < 3.0, f"the key was held {waited:.1f} s by an attempt nobody made"
     finally:
         far.close()
 

@@ -38,9 +38,10 @@ release wakes one waiter, and waiters are served in the order they asked (``fair
 for free; a non-blocking attempt never overtakes a queued waiter). Watches start from the
 revision the last look saw, so no release is missed; a waiter's lease is granted ahead, so
 the attempt after a release is one round trip. Leases of failed attempts and of waiters that
-give up are revoked; if the store is unreachable at that moment, by the next operation that
-reaches it (an attempt sent before the outage may still arrive when the link heals, and would
-otherwise take the key for a caller that is gone, for the lease's whole TTL).
+give up are revoked; if the store is unreachable at that moment, by a background thread that
+tries again every second until it answers, with no other call needed (an attempt sent before
+the outage may still arrive when the link heals, and would otherwise take the key for a caller
+that is gone, for the lease's whole TTL).
 """
 
 from .backend import EtcdBackend

@@ -372,13 +372,14 @@ class EtcdBackend(Backend):
     # -- lifecycle -------------------------------------------------------------------------------
 
     def after_fork_in_child(self) -> None:
-        # The parent's pooled sockets and waiters are not ours.
+        # The parent's pooled sockets, waiters and threads are not ours.
         self.client = gateway_client(self.url, self.options)
         self.leases = Leases(self.client)
         self.queue = WaitQueue(self.leases)
         self._held.clear()
 
     def close(self) -> None:
+        self.leases.close()
         try:
             self.queue.close()
         except BackendError:

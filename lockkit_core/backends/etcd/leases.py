@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
+import threading
 import time
 
+from ...errors import BackendError, BackendUnavailable
 from .client import GatewayClient, LeaseNotFound
 from .layout import LeaseRef
 
-__all__ = ["ABANDONED_MAX", "LEASE_MARGIN", "Leases"]
+__all__ = ["ABANDONED_MAX", "LEASE_MARGIN", "RETRY", "Leases"]
+
+log = logging.getLogger("lockkit.etcd")
 
 #: a lease must outlast the ttl it backs by this much when it is put under a record
 LEASE_MARGIN = 0.5
 #: leases given up in an outage that are remembered for revoking
 ABANDONED_MAX = 100
+#: how often a thread tries again to revoke them while the store is out of reach
+RETRY = 1.0
 
 
 class Leases:
@@ -27,6 +34,9 @@ class Leases:
         #: again: a request sent under one before the outage may still arrive (TCP delivers
         #: it when the link heals) and take a key for a caller that is gone
         self._abandoned: list[int] = []
+        self._lock = threading.Lock()
+        self._revoker: threading.Thread | None = None
+        self._closed = threading.Event()
 
     def grant(self, ttl: float) -> LeaseRef:
         """A new lease that outlasts ``ttl`` by at least ``LEASE_MARGIN`` when it is used
@@ -58,16 +68,48 @@ class Leases:
         if not lease_id:
             return
         if not reachable:
-            self._abandoned = [*self._abandoned[-ABANDONED_MAX + 1 :], lease_id]
+            with self._lock:
+                self._abandoned = [*self._abandoned[-ABANDONED_MAX + 1 :], lease_id]
+                if self._revoker is None and not self._closed.is_set():
+                    self._revoker = threading.Thread(
+                        target=self._revoke_in_background, name="lockkit-etcd-revoker", daemon=True
+                    )
+                    self._revoker.start()
             return
         with contextlib.suppress(LeaseNotFound):  # expired or revoked already
             self.client.call("lease/revoke", {"ID": lease_id}, "revoke a lease")
 
     def revoke_abandoned(self) -> None:
-        """Revoke the leases given up in an outage (called before each operation, so the
-        first that reaches the store does it); those it cannot reach stay for the next."""
-        while self._abandoned:
-            lease_id = self._abandoned[0]
+        """Revoke the leases given up in an outage; those it cannot reach stay for the next
+        try. A thread does so every :data:`RETRY` seconds until none is left, so a kit that
+        makes no other call frees them too; operations call it first as well."""
+        while True:
+            with self._lock:
+                if not self._abandoned:
+                    return
+                lease_id = self._abandoned[0]
             self.revoke(lease_id)  # raises while the store is still out of reach
-            with contextlib.suppress(ValueError):
+            with self._lock, contextlib.suppress(ValueError):
                 self._abandoned.remove(lease_id)
+
+    def _revoke_in_background(self) -> None:
+        while not self._closed.is_set():
+            try:
+                self.revoke_abandoned()
+            except BackendUnavailable:
+                pass  # still out of reach: try again in a while
+            except BackendError as exc:  # the lease then ends by itself
+                log.warning("could not revoke a lease given up in an outage: %s", exc)
+                with self._lock:
+                    self._abandoned = self._abandoned[1:]
+            with self._lock:
+                if not self._abandoned:
+                    self._revoker = None
+                    return
+            self._closed.wait(RETRY)
+        with self._lock:
+            self._revoker = None
+
+    def close(self) -> None:
+        """Stop trying; leases not revoked yet end by themselves."""
+        self._closed.set()
