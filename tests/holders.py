@@ -141,14 +141,18 @@ def check_sigstopped_holder_loses_the_lock_and_finds_out_on_resume(
         holder.close()
 
 
-def check_no_ghost_holds_the_key(far: LockKit, direct: LockKit, key: str) -> None:
-    """After an outage healed: once ``far`` reaches the store again (any lock), ``direct``
-    gets ``key`` at once, however an attempt of ``far`` abandoned in the outage ended."""
+def check_no_ghost_holds_the_key(
+    far: LockKit, direct: LockKit, key: str, *, far_calls: bool
+) -> None:
+    """After an outage healed, ``direct`` gets ``key`` soon, however an attempt of ``far``
+    abandoned in the outage ended: whether ``far`` reaches the store again (``far_calls``) or
+    stays idle (a web worker with no more requests), when its kit gives it back by itself."""
     time.sleep(0.3)  # what the link held back arrives
-    with far.lock("other", timeout=2):  # the store answers this kit again
-        pass
+    if far_calls:
+        with far.lock("other", timeout=2):  # the store answers this kit again
+            pass
     start = time.monotonic()
     with direct.lock(key, timeout=5) as held:
         assert held.owned()
     waited = time.monotonic() - start
-    assert waited < 2.0, f"the key was held {waited:.1f} s by an attempt nobody made"
+    assert waited < 3.0, f"the key was held {waited:.1f} s by an attempt nobody made"

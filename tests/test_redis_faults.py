@@ -469,43 +469,14 @@ def test_proxy_reset_is_seen_as_an_outage_not_as_busy(proxy: TcpProxy, namespace
         far.close()
 
 
-def test_an_attempt_abandoned_in_an_outage_is_given_back_without_another_call(
-    proxy: TcpProxy, direct: LockKit, namespace: str
-) -> None:
-    """As above, but the kit that gave up makes no further call (a web worker with no more
-    requests): it still gives the key back by itself soon after the link heals, so others
-    do not wait for the lease of an attempt nobody made."""
-    far = LockKit(
-        proxy.url_for("redis", 0, socket_timeout=0.5, socket_connect_timeout=0.5),
-        namespace=namespace,
-        ttl=10,
-    )
-    try:
-        with far.lock("warm-up"):
-            pass  # connected
-        holder = direct.lock("idle")
-        assert holder.acquire()
-        proxy.partition()
-        with pytest.raises(BackendUnavailable):
-            far.lock("idle").acquire(blocking=False)  # held in the proxy, not lost
-        holder.release()  # the key is free when the held attempt arrives
-        proxy.heal()
-        time.sleep(0.3)  # what the link held back arrives
-        start = time.monotonic()
-        with direct.lock("idle", timeout=8) as held:
-            assert held.owned()
-        waited = time.monotonic() - start
-        assert waited < 3.0, f"the key was held {waited:.1f} s by an attempt nobody made"
-    finally:
-        far.close()
-
-
+@pytest.mark.parametrize("far_calls", [True, False], ids=["next-call", "idle"])
 def test_an_attempt_abandoned_in_an_outage_does_not_hold_the_key_after_it(
-    proxy: TcpProxy, direct: LockKit, namespace: str
+    proxy: TcpProxy, direct: LockKit, namespace: str, far_calls: bool
 ) -> None:
     """An attempt sent into a black hole is delivered when the link heals (as TCP retransmits
     it), after its caller gave up with BackendUnavailable: if it takes the key then, nobody
-    may hold it for the whole lease. Its kit gives it back (see the test above: by itself)."""
+    may hold it for the whole lease. Its kit gives it back by itself, without waiting for
+    another call (``idle``)."""
     far = LockKit(
         proxy.url_for("redis", 0, socket_timeout=0.5, socket_connect_timeout=0.5),
         namespace=namespace,
@@ -521,6 +492,6 @@ def test_an_attempt_abandoned_in_an_outage_does_not_hold_the_key_after_it(
             far.lock("late").acquire(blocking=False)  # held in the proxy, not lost
         holder.release()  # the key is free when the held attempt arrives
         proxy.heal()
-        check_no_ghost_holds_the_key(far, direct, "late")
+        check_no_ghost_holds_the_key(far, direct, "late", far_calls=far_calls)
     finally:
         far.close()
