@@ -48,12 +48,18 @@ def kit(redis_server: Any) -> Iterator[LockKit]:
     """A kit whose release listener is subscribed already: its first subscription wakes
     every waiter (whatever was missed meanwhile), which would hide a waiter never told."""
     with LockKit(redis_server.url, namespace=f"b{uuid.uuid4().hex[:8]}", ttl=TTL) as kit:
-        backend = _backend(kit)
-        warm = backend.waiter(f"{kit.namespace}:warm", secrets.token_hex(16), False)
-        assert backend._listener.wait_ready(5.0)
-        time.sleep(0.05)  # the wake-up that follows the subscription has passed
-        _close(warm, False)
+        _listening(kit)
         yield kit
+
+
+def _listening(kit: LockKit) -> None:
+    """Start ``kit``'s release listener and wait until it is subscribed (its start would
+    otherwise take part of a test's few milliseconds, and its first wake-up confuse it)."""
+    backend = _backend(kit)
+    warm = backend.waiter(f"{kit.namespace}:warm", secrets.token_hex(16), False)
+    assert backend._listener.wait_ready(5.0)
+    time.sleep(0.05)  # the wake-up that follows the subscription has passed
+    _close(warm, False)
 
 
 @pytest.fixture
@@ -278,6 +284,7 @@ def _elsewhere(redis_server: Any, namespace: str) -> LockKit:
     """A kit that speaks for another process (another host's, as the store sees it)."""
     other = LockKit(redis_server.url, namespace=namespace, ttl=TTL)
     _backend(other)._holder = "elsewhere.example pid "
+    _listening(other)
     return other
 
 
