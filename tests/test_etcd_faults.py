@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from holders import (
@@ -28,6 +29,13 @@ FAST = "?socket_timeout=1&connect_timeout=0.5"
 @pytest.fixture
 def namespace() -> str:
     return f"fault{uuid.uuid4().hex[:10]}"
+
+
+def _far(proxy: TcpProxy, namespace: str, timeout: float, **kit: Any) -> LockKit:
+    """A kit whose connections all go through ``proxy``, with socket and connect timeouts
+    of ``timeout`` seconds."""
+    url = proxy.url_for("etcd", None, socket_timeout=timeout, connect_timeout=timeout)
+    return LockKit(url, namespace=namespace, **kit)
 
 
 @pytest.fixture(scope="module")
@@ -89,10 +97,7 @@ def test_lease_expiry_while_held_gives_lock_lost(own_server: EtcdServer, namespa
     """The holder is cut off from etcd (a black-holed link) until its lease has expired on
     the server too: it is told before anyone else could take over, and the record is gone."""
     with TcpProxy("127.0.0.1", own_server.port()) as proxy:
-        far = LockKit(
-            proxy.url_for("etcd", None, socket_timeout=0.3, connect_timeout=0.3),
-            namespace=namespace,
-        )
+        far = _far(proxy, namespace, 0.3)
         lost = _Lost()
         try:
             held = far.lock("exp", ttl=1.0, auto_renew=True, on_lost=lost)
@@ -218,11 +223,7 @@ def test_black_holed_link_raises_within_timeout_plus_socket_timeout(
     """A waiter whose link goes dark mid-wait, and callers on a dark link: each raises
     BackendUnavailable within its timeout plus one socket timeout; none returns False."""
     with TcpProxy("127.0.0.1", own_server.port()) as proxy:
-        far = LockKit(
-            proxy.url_for("etcd", None, socket_timeout=0.5, connect_timeout=0.5),
-            namespace=namespace,
-            ttl=5,
-        )
+        far = _far(proxy, namespace, 0.5, ttl=5)
         try:
             holder = direct.lock("dark")
             assert holder.acquire()
@@ -269,11 +270,7 @@ def test_an_attempt_abandoned_in_an_outage_does_not_hold_the_key_after_it(
     for the whole lease. The lease it was sent under is revoked once the store answers, by
     the kit's own thread if it makes no other call (``idle``)."""
     with TcpProxy("127.0.0.1", own_server.port()) as proxy:
-        far = LockKit(
-            proxy.url_for("etcd", None, socket_timeout=0.5, connect_timeout=0.5),
-            namespace=namespace,
-            ttl=10,
-        )
+        far = _far(proxy, namespace, 0.5, ttl=10)
         try:
             holder = direct.lock("late")
             assert holder.acquire()

@@ -136,12 +136,15 @@ def _held(kit: LockKit) -> tuple[RedisBackend, str, str]:
     return backend, key, holder
 
 
-def _ask(kit: LockKit, fair: bool) -> tuple[str, Waiter, bool]:
-    """A new blocking caller's first attempt (as a releaser asking again makes it)."""
+def _ask(kit: LockKit, fair: bool) -> tuple[str, bool]:
+    """A new blocking caller's first attempt (as a releaser asking again makes it), its
+    waiter then closed: the owner, and whether it got the lock."""
     backend = _backend(kit)
     owner = secrets.token_hex(16)
     waiter = backend.waiter(f"{kit.namespace}:k", owner, fair)
-    return owner, waiter, backend.try_acquire(f"{kit.namespace}:k", owner, TTL).acquired
+    got = backend.try_acquire(f"{kit.namespace}:k", owner, TTL).acquired
+    _close(waiter, got)
+    return owner, got
 
 
 def test_a_fair_false_releaser_takes_the_lock_again_past_a_young_queue(
@@ -152,8 +155,7 @@ def test_a_fair_false_releaser_takes_the_lock_again_past_a_young_queue(
     barged = 0
     for _ in range(5):  # a slow machine may age the head past BARGE_MS between two calls
         assert backend.release(key, holder)
-        holder, waiter, got = _ask(kit, fair=False)
-        _close(waiter, got)
+        holder, got = _ask(kit, fair=False)
         if got:
             barged += 1
         else:  # the head was served in order: start again with a young head
@@ -183,8 +185,7 @@ def test_a_fair_false_waiter_is_passed_over_at_most_barge_max_times(
     passed = 0
     for _ in range(5 * BARGE_MAX):
         assert backend.release(key, holder)
-        holder, waiter, got = _ask(kit, fair=False)
-        _close(waiter, got)
+        holder, got = _ask(kit, fair=False)
         if not got:
             break
         passed += 1
@@ -205,8 +206,7 @@ def test_a_fair_false_waiter_that_waited_past_the_bound_is_handed_the_lock(
     time.sleep(2 * BARGE_MS / 1000)
     assert backend.release(key, holder)
     assert _holder_id(raw, kit) == owner_id(queued.owner)  # handed on release, in order
-    _, waiter, got = _ask(kit, fair=False)
-    _close(waiter, got)
+    _, got = _ask(kit, fair=False)
     assert got is False
     assert queued.served()
     queued.waiter.close(True)
@@ -225,8 +225,7 @@ def test_a_fair_waiter_in_the_queue_keeps_every_release_in_order(
     for queued in (first, second):
         assert backend.release(key, holder)
         assert _holder_id(raw, kit) == owner_id(queued.owner)
-        _, waiter, got = _ask(kit, fair=False)
-        _close(waiter, got)
+        _, got = _ask(kit, fair=False)
         assert got is False
         assert queued.served()
         queued.waiter.close(True)
@@ -306,8 +305,7 @@ def test_only_the_process_that_freed_the_lock_takes_it_past_a_young_queue(
         got = _backend(other).try_acquire(key, stranger, TTL)
         assert got.acquired is False, "a process that did not free the lock took it past the queue"
         after_stranger = _holder_id(raw, kit)  # still free, for the releaser to take back
-        back, mine, taken = _ask(kit, fair=False)
-        _close(mine, taken)
+        back, taken = _ask(kit, fair=False)
         if time.monotonic() - started >= BARGE_MS / 1000 and not taken:
             # the head's time ran out meanwhile, and releases hand over in order again
             pytest.skip("the head aged past BARGE_MS during the test (a very slow machine)")

@@ -31,6 +31,13 @@ def namespace() -> str:
     return f"fault{uuid.uuid4().hex[:10]}"
 
 
+def _far(proxy: TcpProxy, namespace: str, timeout: float, **kit: Any) -> LockKit:
+    """A kit whose connections all go through ``proxy``, with socket and connect timeouts
+    of ``timeout`` seconds."""
+    url = proxy.url_for("redis", 0, socket_timeout=timeout, socket_connect_timeout=timeout)
+    return LockKit(url, namespace=namespace, **kit)
+
+
 @pytest.fixture
 def direct(redis_server: RedisServer, namespace: str) -> Iterator[LockKit]:
     kit = LockKit(redis_server.url + FAST, namespace=namespace, ttl=5)
@@ -181,10 +188,7 @@ def test_hung_server_raises_backend_unavailable_within_the_socket_timeout(
 def test_partitioned_holder_knows_it_lost_before_anyone_else_takes_over(
     proxy: TcpProxy, direct: LockKit, namespace: str
 ) -> None:
-    far = LockKit(
-        proxy.url_for("redis", 0, socket_timeout=0.3, socket_connect_timeout=0.3),
-        namespace=namespace,
-    )
+    far = _far(proxy, namespace, 0.3)
     lost = _Lost()
     stop = threading.Event()
     try:
@@ -241,11 +245,7 @@ def test_partitioned_holder_knows_it_lost_before_anyone_else_takes_over(
 def test_connection_reset_while_waiting_never_hangs_or_lies(
     proxy: TcpProxy, direct: LockKit, namespace: str, storm: bool
 ) -> None:
-    far = LockKit(
-        proxy.url_for("redis", 0, socket_timeout=1, socket_connect_timeout=1),
-        namespace=namespace,
-        ttl=1.0,
-    )
+    far = _far(proxy, namespace, 1, ttl=1.0)
     holder = direct.lock("w", ttl=5)
     assert holder.acquire()
     outcome: dict[str, Any] = {}
@@ -302,9 +302,7 @@ def test_connection_reset_while_waiting_never_hangs_or_lies(
 def test_link_slower_than_the_ttl_never_reports_a_grant(
     proxy: TcpProxy, direct: LockKit, namespace: str
 ) -> None:
-    far = LockKit(
-        proxy.url_for("redis", 0, socket_timeout=3, socket_connect_timeout=3), namespace=namespace
-    )
+    far = _far(proxy, namespace, 3)
     try:
         with far.lock("warm-up"):
             pass  # connect and load the scripts while the link is fast
@@ -345,9 +343,7 @@ def test_timeout_is_honoured_on_a_slow_link(
 ) -> None:
     """A waiter's first wait (which starts the release listener) keeps the caller's timeout:
     at most the timeout plus the round trips of the attempts in flight."""
-    far = LockKit(
-        proxy.url_for("redis", 0, socket_timeout=3, socket_connect_timeout=3), namespace=namespace
-    )
+    far = _far(proxy, namespace, 3)
     try:
         with far.lock("warm-up"):
             pass  # the command connection exists; the release listener does not yet
@@ -367,9 +363,7 @@ def test_a_timed_out_waiter_returns_at_its_timeout_and_leaves_the_queue_after(
 ) -> None:
     """Leaving the queue is not the caller's wait: a waiter whose time is up returns then,
     not a round trip later, and its entry is taken out of the queue just after."""
-    far = LockKit(
-        proxy.url_for("redis", 0, socket_timeout=3, socket_connect_timeout=3), namespace=namespace
-    )
+    far = _far(proxy, namespace, 3)
     raw = redis.Redis.from_url(redis_server.url)
     queue = f"lockkit:{{{namespace}:busy}}:q"
     try:
@@ -401,9 +395,7 @@ def test_a_lock_released_as_a_far_waiter_gives_up_reaches_the_next_waiter(
     """The holder releases just as a waiter on a slow link gives up: the lock is handed to that
     waiter's entry, whose leave is still on its way. The leave passes it on when it lands, so
     the next waiter gets it within a couple of round trips, not when a lease ends."""
-    far = LockKit(
-        proxy.url_for("redis", 0, socket_timeout=3, socket_connect_timeout=3), namespace=namespace
-    )
+    far = _far(proxy, namespace, 3)
     raw = redis.Redis.from_url(redis_server.url)
     queue = f"lockkit:{{{namespace}:k}}:q"
 
@@ -446,11 +438,7 @@ def test_a_lock_released_as_a_far_waiter_gives_up_reaches_the_next_waiter(
 
 def test_proxy_reset_is_seen_as_an_outage_not_as_busy(proxy: TcpProxy, namespace: str) -> None:
     """While every connection is cut at once, acquire either works or raises."""
-    far = LockKit(
-        proxy.url_for("redis", 0, socket_timeout=1, socket_connect_timeout=1),
-        namespace=namespace,
-        ttl=2,
-    )
+    far = _far(proxy, namespace, 1, ttl=2)
     try:
         results: list[object] = []
         for _ in range(5):
@@ -477,11 +465,7 @@ def test_an_attempt_abandoned_in_an_outage_does_not_hold_the_key_after_it(
     it), after its caller gave up with BackendUnavailable: if it takes the key then, nobody
     may hold it for the whole lease. Its kit gives it back by itself, without waiting for
     another call (``idle``)."""
-    far = LockKit(
-        proxy.url_for("redis", 0, socket_timeout=0.5, socket_connect_timeout=0.5),
-        namespace=namespace,
-        ttl=10,
-    )
+    far = _far(proxy, namespace, 0.5, ttl=10)
     try:
         with far.lock("warm-up"):
             pass  # connected
