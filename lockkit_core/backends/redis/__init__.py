@@ -72,12 +72,12 @@ skipped that way queues again on its next attempt. The listener checks its conne
 after half a second of silence and reconnects when no answer comes within half a second, so a
 half-open link costs a waiter about a second; while it is down, waiters poll with short backoff.
 A waiter that gives up (its timeout, or an outage) returns at once; its process leaves the queue
-for it from a background thread (``leaver.py``), as soon as the server answers, and passes on a
-notice that reaches it first. An attempt whose caller got ``BackendUnavailable`` may still reach
-the server when the link heals (TCP delivers it late) and take the key for an owner that is
-gone: that thread gives back (``leave``) what such attempts may have taken, once a second, for
-a minute plus two ttls after each (an owner token serves one acquisition), with no other call
-needed.
+for it from a background thread (``leaver.py``), as soon as the server answers; the leave also
+passes on a lock handed to it meanwhile. An attempt whose caller got ``BackendUnavailable``
+may still reach the server when the link heals (TCP delivers it late) and take the key for an
+owner that is gone: that thread gives back (``leave``) what such attempts may have taken, once
+a second, for a minute plus two ttls after each (an owner token serves one acquisition), with
+no other call needed.
 
 Limits, for the Cluster work: on a multi-node cluster PUBLISH counts only subscribers on the
 node that runs the script, so notices should move to sharded pub/sub (``SPUBLISH`` on a channel

@@ -25,8 +25,8 @@ class Leaver:
     and nothing they left on the server outlives them by more than about :data:`RETRY`
     once the store can be reached:
 
-    * :meth:`leave`, once: a waiter whose time is up, one that gave up in an outage, one that
-      was handed the lock after it left (the leave passes the lock on);
+    * :meth:`leave`, once: a waiter whose time is up, or that gave up in an outage (the leave
+      also passes on a lock handed to it meanwhile);
     * :meth:`give_back`, every :data:`RETRY` seconds until ``until``: an attempt whose caller
       got ``BackendUnavailable``. Its request may still reach the server when the link heals
       (TCP delivers what it held back) and take the key for an owner that is gone, at any

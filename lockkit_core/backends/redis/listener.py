@@ -46,7 +46,6 @@ class Listener:
         self._lock = threading.Lock()
         self.channel = "lockkit:w:" + secrets.token_hex(8)
         self._waiters: dict[str, RedisWaiter] = {}  # by owner id
-        self._left: dict[str, tuple[str, str, float]] = {}  # id -> key, secret, forget at
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()  # subscribed and reading
         self._closed = False
@@ -58,26 +57,15 @@ class Listener:
     def register(self, waiter: RedisWaiter) -> None:
         with self._lock:
             self._waiters[waiter.id] = waiter
-            self._left.pop(waiter.id, None)
             self._ensure_running()
 
     def unregister(self, waiter: RedisWaiter) -> None:
-        """Forget ``waiter``, which got the lock or never queued."""
+        """Forget ``waiter``. One that gave up while queued has its queue left by the
+        backend's leaver, which also passes on a lock handed to it before that lands; a
+        notice for it meanwhile is ignored here."""
         with self._lock:
             if self._waiters.get(waiter.id) is waiter:
                 del self._waiters[waiter.id]
-
-    def left(self, waiter: RedisWaiter) -> None:
-        """Forget ``waiter``, which gave up while queued, and have its queue left on the
-        server in the background. Until its entry is gone there, a lock handed to it is
-        passed on (the leave does that too, whichever comes first)."""
-        with self._lock:
-            if self._waiters.get(waiter.id) is waiter:
-                del self._waiters[waiter.id]
-            # as long as its queue entry may live on the server, so a hand-over can still come
-            self._left[waiter.id] = (waiter.key, waiter.owner, waiter.entry_until)
-            self._ensure_running()
-        self._backend.leaver.leave(waiter.key, waiter.owner, waiter.entry_until)
 
     def _ensure_running(self) -> None:
         if self._thread is None and not self._closed:
@@ -107,19 +95,10 @@ class Listener:
             if waiter is not None and token[1:].isdigit():
                 waiter.ask_at = time.monotonic() + int(token[1:]) / 1000.0
                 waiter.event.set()
-                return
-            left = self._left.pop(owner, None)
-        if left is not None:
-            # Handed to a waiter that left: passed on by a leave, off this thread (the round
-            # trip must not delay notices for other waiters).
-            self._backend.leaver.leave(*left)
 
-    def _idle_now(self, now: float) -> bool:
-        """True when nobody waits and no waiter that left may still be handed a lock."""
+    def _idle_now(self) -> bool:
         with self._lock:
-            for owner in [o for o, (_, _, until) in self._left.items() if until <= now]:
-                del self._left[owner]
-            return not self._waiters and not self._left
+            return not self._waiters
 
     def _run(self) -> None:
         backoff = 0.05
@@ -167,11 +146,11 @@ class Listener:
                     elif kind == "message":
                         self._handed(as_text(message["data"]))
                 now = time.monotonic()
-                if not self._idle_now(now):
+                if not self._idle_now():
                     idle_since = now
                 elif now - idle_since > self._idle:
                     with self._lock:
-                        if not self._waiters and not self._left:
+                        if not self._waiters:
                             self._thread = None
                             return
         finally:

@@ -64,10 +64,9 @@ class RedisWaiter(Waiter):
 
     def close(self, acquired: bool, *, reachable: bool = True) -> None:
         self._backend._queued.pop((self.key, self.owner), None)
-        if acquired or self.queued_at is None:
-            self._listener.unregister(self)
-        else:
+        self._listener.unregister(self)
+        if not acquired and self.queued_at is not None:
             # Its time is up, or the store just failed: either way no round trip now (it
-            # would be spent past the caller's timeout). The queue is left in the background,
-            # once the store answers; until then a lock handed to it is passed on.
-            self._listener.left(self)
+            # would be spent past the caller's timeout). The queue is left in the background
+            # once the store answers, which also passes on a lock handed to it meanwhile.
+            self._backend.leaver.leave(self.key, self.owner, self.entry_until)
