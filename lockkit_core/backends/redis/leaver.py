@@ -47,24 +47,22 @@ class Leaver:
     def leave(self, key: str, owner: str, until: float) -> None:
         """Leave the queue of ``key`` for ``owner`` as soon as the store answers, trying
         until ``until`` (when its queue entry expires by itself)."""
-        with self._cond:
-            self._once[(key, owner)] = max(until, self._once.get((key, owner), 0.0))
-            self._start()
+        self._add(self._once, (key, owner), until)
 
     def give_back(self, key: str, owner: str, until: float) -> None:
         """Leave (giving back any lease ``owner`` holds) now and every :data:`RETRY` seconds
         until ``until``."""
-        with self._cond:
-            self._repeat[(key, owner)] = max(until, self._repeat.get((key, owner), 0.0))
-            self._start()
+        self._add(self._repeat, (key, owner), until)
 
-    def _start(self) -> None:
-        self._cond.notify()
-        if self._thread is None and not self._closing:
-            self._thread = threading.Thread(
-                target=self._run, name="lockkit-redis-leaver", daemon=True
-            )
-            self._thread.start()
+    def _add(self, pending: dict[_Item, float], item: _Item, until: float) -> None:
+        with self._cond:
+            pending[item] = max(until, pending.get(item, 0.0))
+            self._cond.notify()
+            if self._thread is None and not self._closing:
+                self._thread = threading.Thread(
+                    target=self._run, name="lockkit-redis-leaver", daemon=True
+                )
+                self._thread.start()
 
     def _due(self) -> list[_Item] | None:
         """What to leave on this pass (the waiters first), or None when there is nothing."""
