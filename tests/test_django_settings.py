@@ -63,6 +63,15 @@ def test_bad_settings_raise_config_error_at_use() -> None:
         get_kit()
 
 
+@pytest.mark.parametrize("wait", [-1, None, "-1"])
+def test_a_request_wait_of_forever_is_refused_with_a_hint(wait: object) -> None:
+    with (
+        override_settings(LOCKKIT={"URL": "memory://x", "WAIT": wait}),
+        pytest.raises(ConfigError, match=r"WAIT'\] is .*wait forever.*0 to answer 409"),
+    ):
+        get_kit()
+
+
 def test_valid_settings_pass_the_checks() -> None:
     with override_settings(LOCKKIT={"URL": "memory://ok"}):
         assert ids() == []  # W001 is silenced by the test project
