@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_TTL",
     "UNSET",
     "LockKitConfig",
+    "check_lock_ttl",
     "check_seconds",
     "check_timeout",
     "check_ttl",
@@ -72,6 +73,11 @@ def check_seconds(name: str, value: object, *, allow_none: bool) -> float | None
 
 def check_ttl(value: object, name: str = "ttl") -> float:
     """Validate a lease length: a finite number of seconds, at least :data:`~.lease.MIN_TTL`."""
+    if value is None:
+        raise ConfigError(
+            f"{name} must be a positive number of seconds, got None; a kit's default ttl is a "
+            "lease, and a lock without one is asked for per lock: kit.lock(key, ttl=None)"
+        )
     seconds = check_seconds(name, value, allow_none=False)
     assert seconds is not None
     if seconds < MIN_TTL:
@@ -80,6 +86,11 @@ def check_ttl(value: object, name: str = "ttl") -> float:
             "(1% + 2 ms) would leave no time in which a grant is valid"
         )
     return seconds
+
+
+def check_lock_ttl(value: object, name: str = "ttl") -> float | None:
+    """Validate one lock's ttl: a lease (see :func:`check_ttl`), or None for no lease."""
+    return None if value is None else check_ttl(value, name)
 
 
 def check_timeout(value: object, name: str = "timeout") -> float | None:

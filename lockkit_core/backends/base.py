@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import math
 import random
 import time
 from abc import ABC, abstractmethod
@@ -50,6 +51,10 @@ class Capability(enum.Flag):
     HAND_OFF = enum.auto()
     #: read-write locks and counting semaphores (``kit.rwlock()``, ``kit.semaphore()``)
     SHARED = enum.auto()
+    #: ``kit.lock(key, ttl=None)``: held with no lease until released, because the store
+    #: itself frees a lock whose holder process has ended (memory, file). A store that only
+    #: frees by expiry would keep a crashed holder's lock for ever, so it refuses ``ttl=None``.
+    NO_LEASE = enum.auto()
 
 
 def capability_names(flags: Capability) -> list[str]:
@@ -193,6 +198,7 @@ class Backend(ABC):
     @abstractmethod
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         """Take ``key`` for ``owner`` for ``ttl`` seconds if it is free, in one atomic step.
+        ``ttl`` is ``math.inf`` (no lease) only on a backend that declares ``NO_LEASE``.
 
         If ``owner`` already holds ``key`` (a retried request whose answer was lost), the
         lease is renewed and the current token returned.
@@ -214,6 +220,8 @@ class Backend(ABC):
         The default is one ``extend`` and cannot read the token (``token=None``); backends
         that keep tokens override it so the adopted token is returned in the same step.
         """
+        if math.isinf(ttl):
+            raise NotSupported(f"the {self.url.scheme}:// backend has no locks without a lease")
         if not self.extend(key, owner, ttl):
             return Grant(False)
         return Grant(True, None)
