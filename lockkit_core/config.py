@@ -1,4 +1,17 @@
-"""``LockKitConfig.from_mapping()``: the one settings parser every framework shares."""
+"""``LockKitConfig.from_mapping()``: the one settings parser every framework shares.
+
+Precedence, the same everywhere: an explicit argument (``LockKit(url=..., options=...)``, the
+keyword overrides of :meth:`LockKitConfig.from_mapping`) replaces the same setting of the
+mapping, which replaces the default; "not given" is the :data:`UNSET` sentinel, never a falsy
+value. ``OPTIONS`` is one setting: an explicit ``options=`` replaces it whole.
+
+Inside the backend, each option has one value, wherever it is written: in the URL (its query
+string, or the part that carries it: ``user:password@``, redis's ``/db``) or in ``OPTIONS``.
+The same value in two places is accepted; two different values are a :class:`ConfigError`
+naming both places (``Backend.parse_options`` in :mod:`lockkit_core.backends.base`),
+because silently preferring either would put two processes that read different halves of the
+configuration on two different stores.
+"""
 
 from __future__ import annotations
 
