@@ -552,3 +552,18 @@ def test_lock_route_written_above_app_route_locks_the_route(app: Flask, other: C
     with pytest.raises(RuntimeError):
         client.put("/crash")
     assert not held(app, "crash")
+
+
+def test_ttl_none_holds_the_route_lock_without_a_lease(app: Flask) -> None:
+    seen: list[object] = []
+
+    @app.post("/export")
+    @lock_route("export", ttl=None)
+    def export() -> str:
+        info = state_of(app).kit.admin.info("export")
+        seen.append(None if info is None else info.ttl_remaining)
+        return "ok"
+
+    assert app.test_client().post("/export").status_code == 200
+    assert seen == [None]  # held, with no lease to run out (a ttl would show time left)
+    assert not held(app, "export")

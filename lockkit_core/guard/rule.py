@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from ..config import UNSET, check_ttl
+from ..config import UNSET, check_lock_ttl
 from ..errors import BackendUnavailable, ConfigError, LockNotOwned
 from ..kit import LockKit
 from ..lock import Lock
@@ -143,8 +143,8 @@ class RequestRule:
     ) -> None:
         self.key = RequestKey(key, sources)
         self.wait = UNSET if wait is UNSET else check_request_wait(wait, "wait")
-        # ttl=None means the kit's ttl here, as it does in every lockkit setting.
-        self.ttl = UNSET if ttl is UNSET or ttl is None else check_ttl(ttl)
+        # Left out: the kit's ttl. None: no lease, as kit.lock(ttl=None) (memory://, file://).
+        self.ttl = UNSET if ttl is UNSET else check_lock_ttl(ttl)
         if isinstance(methods, str):
             raise ConfigError(f"methods must be a list such as [{methods!r}], not a string")
         self.methods = None if methods is None else frozenset(str(m).upper() for m in methods)
