@@ -9,7 +9,7 @@ import weakref
 from typing import Any, Final
 
 from blinker import Namespace
-from flask import Flask, current_app, request
+from flask import Flask, current_app
 
 from lockkit_core import Admin, ConfigError, Lock, LockKitConfig
 from lockkit_core import LockKit as CoreKit
@@ -111,7 +111,7 @@ class LockKit:
 
     def init_app(self, app: Flask) -> None:
         """Read the app's settings and open its kit (no connection is made until first use)."""
-        from .route import enter_hook, leave_hook, rule_of_view, teardown_hook
+        from .route import ViewFunctions
 
         if EXTENSION_KEY in app.extensions:
             raise ConfigError(f"lockkit is already set up on the Flask app {app.name!r}")
@@ -135,15 +135,11 @@ class LockKit:
         app.extensions[EXTENSION_KEY] = LockKitState(
             kit, guard_settings, log, PROBLEMS, on_lost=[_signal_lost(app)]
         )
-
-        @app.before_request
-        def lock_bare_view() -> Any:
-            # @lock_route written above @app.route: the route runs the bare view.
-            rule = rule_of_view(app.view_functions.get(request.endpoint or ""))
-            return None if rule is None else enter_hook(rule)
-
-        app.after_request(leave_hook)
-        app.teardown_request(teardown_hook)
+        # @lock_route written above @app.route leaves the bare view registered: the app's
+        # view functions swap it for the locked one (also those registered before now).
+        views = ViewFunctions(app.view_functions)
+        views.adopt()
+        app.view_functions = views
         # Not on app-context teardown: that runs after every request. The kit lives as long
         # as its app; weakref.finalize also runs at interpreter exit.
         weakref.finalize(app, kit.close)

@@ -2,11 +2,12 @@
 same for every view of a blueprint. Every decision is the core guard's
 (:mod:`lockkit_core.guard`); this module supplies Flask's request and answers.
 
-``@lock_route`` works written under ``@app.route`` (it wraps the view) and above it (the
-route is then registered with the bare view; the extension's ``before_request`` hook finds
-the rule by the view, as flask-limiter does). The lock covers the whole response: it is
-released when the view returns or raises or, for a streamed response, when the stream is
-closed (``Response.call_on_close``). The view finds it in ``g.lockkit_lock``.
+``@lock_route`` works written under ``@app.route`` (it wraps the view) and above it: the
+route was then registered with the bare view, and the view is swapped for its wrapper in
+``app.view_functions`` (see :class:`ViewFunctions`), so both orders run the same code and a
+request pays nothing for the check. The lock covers the whole response: it is released when
+the view returns or raises or, for a streamed response, when the stream is closed
+(``Response.call_on_close``). The view finds it in ``g.lockkit_lock``.
 """
 
 from __future__ import annotations
@@ -29,22 +30,46 @@ from .errors import RequestLocked
 from .extension import state_of
 from .sources import ALL_SOURCES, Values, check_template
 
-__all__ = ["OnBusy", "lock_blueprint", "lock_route", "rule_of_view"]
+__all__ = ["OnBusy", "ViewFunctions", "lock_blueprint", "lock_route"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 OnBusy = Callable[[Any, RequestLocked], ResponseReturnValue]
 _OUTCOMES = "_lockkit_outcomes"
 
-#: Views ``@lock_route`` decorated, by the function it was given: a route registered with
-#: that function (the decorator written above ``@app.route``) is locked by the hook.
-_bare_views: weakref.WeakKeyDictionary[Callable[..., Any], RequestRule] = (
+#: The wrapper ``@lock_route`` made of each view it decorated, by the bare view.
+_wrappers: weakref.WeakKeyDictionary[Callable[..., Any], Callable[..., Any]] = (
     weakref.WeakKeyDictionary()
 )
+#: Where each bare view is registered: an app's view functions and the endpoint.
+_registered: weakref.WeakKeyDictionary[
+    Callable[..., Any], list[tuple[weakref.ref[ViewFunctions], str]]
+] = weakref.WeakKeyDictionary()
 
 
-def rule_of_view(view: Callable[..., Any] | None) -> RequestRule | None:
-    """The rule of a route registered with the bare view ``@lock_route`` decorated."""
-    return None if view is None else _bare_views.get(view)
+class ViewFunctions(dict[str, Callable[..., Any]]):
+    """``app.views_functions`` of an app with the extension: a view ``@lock_route`` has
+    decorated is registered as its wrapper, and a view registered before ``@lock_route``
+    decorated it (the decorator written above ``@app.route``) is swapped for the wrapper
+    then. Either way the route is locked, and no request pays for the check."""
+
+    def __setitem__(self, endpoint: str, view: Callable[..., Any]) -> None:
+        wrapper = _wrappers.get(view)
+        if wrapper is None:
+            _registered.setdefault(view, []).append((weakref.ref(self), endpoint))
+        super().__setitem__(endpoint, view if wrapper is None else wrapper)
+
+    def adopt(self) -> None:
+        """Swap every view already registered that ``@lock_route`` has decorated."""
+        for endpoint, view in list(self.items()):
+            self[endpoint] = view
+
+
+def _swap_registered(view: Callable[..., Any], wrapper: Callable[..., Any]) -> None:
+    _wrappers[view] = wrapper
+    for ref, endpoint in _registered.pop(view, []):
+        views = ref()
+        if views is not None and views.get(endpoint) is view:
+            dict.__setitem__(views, endpoint, wrapper)
 
 
 def _on_busy(on_busy: Callable[..., Any] | None) -> OnBusy | None:
@@ -95,28 +120,14 @@ def refuse(rule: RequestRule, outcome: Outcome) -> ResponseReturnValue:
     raise refusal
 
 
-def expose(outcome: Outcome) -> None:
-    """``g.lockkit_lock``: the held lock (``.token`` fences writes; None if the rule failed
-    open); the outcome is kept for the teardown that releases it if the view raised."""
-    g.lockkit_lock = outcome.lock
-    if outcome.lock is not None:
-        g.setdefault(_OUTCOMES, []).append(outcome)
-
-
 def hand_over(outcome: Outcome, response: Response) -> Response:
     """Release now, or when a streamed response is closed."""
-    _forget(outcome)
-    if response.is_streamed:
-        response.call_on_close(outcome.release)
-    else:
-        outcome.release()
+    if outcome.lock is not None:
+        if response.is_streamed:
+            response.call_on_close(outcome.release)
+        else:
+            outcome.release()
     return response
-
-
-def _forget(outcome: Outcome) -> None:
-    outcomes: list[Outcome] = g.get(_OUTCOMES, [])
-    if outcome in outcomes:
-        outcomes.remove(outcome)
 
 
 def _wrap(rule: RequestRule, view: Callable[..., Any]) -> Callable[..., Any]:
@@ -128,7 +139,7 @@ def _wrap(rule: RequestRule, view: Callable[..., Any]) -> Callable[..., Any]:
             outcome = await asyncio.to_thread(decide, rule)
             if outcome.refusal is not None:
                 return refuse(rule, outcome)
-            expose(outcome)
+            g.lockkit_lock = outcome.lock  # .token fences writes; None: not locked
             try:
                 response = current_app.make_response(await view(*args, **kwargs))
             except BaseException:
@@ -145,7 +156,7 @@ def _wrap(rule: RequestRule, view: Callable[..., Any]) -> Callable[..., Any]:
         outcome = decide(rule)
         if outcome.refusal is not None:
             return refuse(rule, outcome)
-        expose(outcome)
+        g.lockkit_lock = outcome.lock  # .token fences writes; None: not locked
         try:
             response = current_app.make_response(view(*args, **kwargs))
         except BaseException:
@@ -183,29 +194,32 @@ def lock_route(
 
     def decorate(view: F) -> F:
         rule.key.check_view(view)
-        _bare_views[view] = rule
-        return cast(F, _wrap(rule, view))
+        wrapper = _wrap(rule, view)
+        _swap_registered(view, wrapper)
+        return cast(F, wrapper)
 
     return decorate
 
 
-def enter_hook(rule: RequestRule) -> ResponseReturnValue | None:
-    """A ``before_request`` hook's half of a lock: take it, or answer the refusal."""
+def _enter_hook(rule: RequestRule) -> ResponseReturnValue | None:
+    """A blueprint's ``before_request``: take the lock, or answer the refusal."""
     outcome = decide(rule)
     if outcome.refusal is not None:
         return refuse(rule, outcome)
-    expose(outcome)
+    g.lockkit_lock = outcome.lock
+    if outcome.lock is not None:
+        g.setdefault(_OUTCOMES, []).append(outcome)
     return None
 
 
-def leave_hook(response: Response) -> Response:
-    """An ``after_request`` hook's half: the request's hook-taken locks end with the response."""
+def _leave_hook(response: Response) -> Response:
+    """A blueprint's ``after_request``: its locks end with the response (or its stream)."""
     for outcome in g.pop(_OUTCOMES, []):
         hand_over(outcome, response)
     return response
 
 
-def teardown_hook(_exc: BaseException | None) -> None:
+def _teardown_hook(_exc: BaseException | None) -> None:
     """A view that raised never reached ``after_request``: release here."""
     for outcome in g.pop(_OUTCOMES, []):
         outcome.release()
@@ -227,7 +241,7 @@ def lock_blueprint(
     rule = _rule(
         key, on_busy, wait=wait, ttl=ttl, methods=methods, scope=scope, fail_open=fail_open
     )
-    blueprint.before_request(functools.partial(enter_hook, rule))
-    blueprint.after_request(leave_hook)
-    blueprint.teardown_request(teardown_hook)
+    blueprint.before_request(functools.partial(_enter_hook, rule))
+    blueprint.after_request(_leave_hook)
+    blueprint.teardown_request(_teardown_hook)
     return rule

@@ -567,3 +567,30 @@ def test_ttl_none_holds_the_route_lock_without_a_lease(app: Flask) -> None:
     assert app.test_client().post("/export").status_code == 200
     assert seen == [None]  # held, with no lease to run out (a ttl would show time left)
     assert not held(app, "export")
+
+
+def test_either_order_locks_routes_registered_before_the_extension_and_on_blueprints(
+    tmp_path: Path,
+) -> None:
+    app = Flask("late")
+    app.config.update(TESTING=True, LOCKKIT_URL=f"file://{tmp_path / 'locks'}")
+
+    @lock_route("early")
+    @app.put("/early")
+    def early() -> str:
+        return "early"
+
+    bp = Blueprint("shop", __name__)
+
+    @lock_route("cart:{cart}")
+    @bp.put("/carts/<int:cart>")
+    def cart(cart: int) -> str:
+        return "cart"
+
+    LockKit(app)  # after the route above was registered
+    app.register_blueprint(bp)
+    client = app.test_client()
+    with CoreKit(app.config["LOCKKIT_URL"]) as other, other.lock("early"), other.lock("cart:1"):
+        assert client.put("/early").status_code == 409
+        assert client.put("/carts/1").status_code == 409
+        assert client.put("/carts/2").status_code == 200
