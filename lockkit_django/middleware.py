@@ -64,16 +64,19 @@ class LockMiddleware(_Middleware):
     """Run each request that a rule matches under that rule's lock."""
 
     def wrap(self, request: HttpRequest, call: Callable[[], Any]) -> Any:
-        found = _match(request)
+        state = lockkit_state()
+        found = _match(request, state.settings.rules)
         if found is None:
             return None
         rule, url_kwargs = found
         run = arun_locked if self.is_async else run_locked
-        return run(rule, request, url_kwargs, call, rule.path.pattern)
+        return run(rule, request, url_kwargs, call, rule.path.pattern, state.guard)
 
 
-def _match(request: HttpRequest) -> tuple[PathRule, dict[str, Any]] | None:
-    for rule in lockkit_state().settings.rules:
+def _match(
+    request: HttpRequest, rules: tuple[PathRule, ...]
+) -> tuple[PathRule, dict[str, Any]] | None:
+    for rule in rules:
         if rule.methods is None or request.method in rule.methods:
             url_kwargs = rule.match(request)
             if url_kwargs is not None:

@@ -12,6 +12,7 @@ import functools
 from collections.abc import Callable
 
 from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.http import HttpResponseBase
 
 __all__ = ["after_commit", "release_with"]
@@ -20,7 +21,8 @@ __all__ = ["after_commit", "release_with"]
 def after_commit(callback: Callable[[], None]) -> None:
     """Run ``callback`` now, or once every transaction open on any database has committed
     (``ATOMIC_REQUESTS``). On a rollback it never runs."""
-    atomic = [alias for alias in connections if _in_atomic_block(alias)]
+    # Only connections this thread has opened can be inside a transaction.
+    atomic = [c.alias for c in connections.all(initialized_only=True) if _in_atomic_block(c)]
     if not atomic:
         callback()
         return
@@ -36,8 +38,7 @@ def after_commit(callback: Callable[[], None]) -> None:
         transaction.on_commit(functools.partial(committed, alias), using=alias, robust=True)
 
 
-def _in_atomic_block(alias: str) -> bool:
-    conn = connections[alias]
+def _in_atomic_block(conn: BaseDatabaseWrapper) -> bool:
     return bool(conn.connection is not None and conn.in_atomic_block)
 
 

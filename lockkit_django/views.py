@@ -32,7 +32,15 @@ from django.http import HttpRequest, HttpResponseBase
 
 from lockkit_core import ConfigError
 from lockkit_core.config import UNSET
-from lockkit_core.guard import NOT_LOCKED, KeyFunc, Outcome, RequestLocked, RequestRule, Scope
+from lockkit_core.guard import (
+    NOT_LOCKED,
+    GuardContext,
+    KeyFunc,
+    Outcome,
+    RequestLocked,
+    RequestRule,
+    Scope,
+)
 
 from .conf import lockkit_state
 from .problems import mark_refusal, problem_response
@@ -51,12 +59,16 @@ def _route(request: HttpRequest, default: str) -> str:
 
 
 def begin(
-    rule: RequestRule, request: HttpRequest, url_kwargs: Mapping[str, Any], route: str
+    rule: RequestRule,
+    request: HttpRequest,
+    url_kwargs: Mapping[str, Any],
+    route: str,
+    guard: GuardContext | None = None,
 ) -> Outcome | HttpResponseBase:
     """The guard's outcome for ``request`` (may wait: a worker thread from async code), or
-    the response refusing it; the held lock is ``request.lockkit_lock``."""
-    state = lockkit_state()
-    guard = state.guard
+    the response refusing it; the held lock is ``request.lockkit_lock``. ``guard``: the
+    context of ``settings.LOCKKIT``, if the caller has it already."""
+    guard = guard or lockkit_state().guard
     if not rule.applies(guard, request.method or ""):
         return NOT_LOCKED
     if rule.key.func is not None:
@@ -78,9 +90,10 @@ def run_locked(
     url_kwargs: Mapping[str, Any],
     call: Callable[[], HttpResponseBase],
     route: str,
+    guard: GuardContext | None = None,
 ) -> HttpResponseBase:
     """Run ``call`` under ``rule``'s lock for ``request``."""
-    outcome = begin(rule, request, url_kwargs, route)
+    outcome = begin(rule, request, url_kwargs, route, guard)
     if not isinstance(outcome, Outcome):
         return outcome
     try:
@@ -97,11 +110,13 @@ async def arun_locked(
     url_kwargs: Mapping[str, Any],
     call: Callable[[], Awaitable[HttpResponseBase]],
     route: str,
+    guard: GuardContext | None = None,
 ) -> HttpResponseBase:
     """:func:`run_locked` for async code: the store round trips run in a worker thread."""
-    if not rule.applies(lockkit_state().guard, request.method or ""):
+    guard = guard or lockkit_state().guard
+    if not rule.applies(guard, request.method or ""):
         return await call()
-    outcome = await asyncio.to_thread(begin, rule, request, url_kwargs, route)
+    outcome = await asyncio.to_thread(begin, rule, request, url_kwargs, route, guard)
     if not isinstance(outcome, Outcome):
         return outcome
     try:

@@ -199,7 +199,7 @@ class RequestRule:
         if self.scope == "route":
             key = f"{route}:{key}"
         wait = context.settings.wait if self.wait is UNSET else self.wait
-        lock = context.kit.lock(key, ttl=self.ttl, timeout=wait, reentrant=False)
+        lock = context.kit.lock(key, ttl=self.ttl, reentrant=False)
         try:
             acquired = lock.acquire(timeout=wait)
         except BackendUnavailable as exc:
