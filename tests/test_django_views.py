@@ -298,3 +298,39 @@ def test_a_lost_lock_keeps_the_response_and_is_signalled() -> None:
     assert (response.status_code, response.content) == (200, b"refunded")
     assert lockkit_state().counts["lost"] == before + 1
     assert told == ["refund:9"]
+
+
+def test_a_mixin_key_naming_what_its_url_does_not_capture_fails_the_checks() -> None:
+    import sys
+    import types
+
+    from django.core.checks import run_checks
+    from django.http import HttpRequest, HttpResponse
+    from django.urls import path
+    from django.views import View
+
+    from lockkit_django import LockViewMixin
+
+    class Refund(LockViewMixin, View):
+        lock_key = "refund:{ordr_id}"
+
+        def post(self, request: HttpRequest, order_id: int) -> HttpResponse:
+            return HttpResponse("refunded")
+
+    class Fine(LockViewMixin, View):
+        lock_key = "refund:{order_id}"
+
+    urls = types.ModuleType("lockkit_typo_urls")
+    urls.urlpatterns = [  # type: ignore[attr-defined]
+        path("refund/<int:order_id>/", Refund.as_view()),
+        path("fine/<int:order_id>/", Fine.as_view()),
+    ]
+    sys.modules[urls.__name__] = urls
+    try:
+        with override_settings(ROOT_URLCONF=urls.__name__):
+            found = [m for m in run_checks() if m.id == "lockkit.E005"]
+    finally:
+        del sys.modules[urls.__name__]
+    assert len(found) == 1, found
+    assert "Refund" in found[0].msg
+    assert "ordr_id" in found[0].msg
