@@ -53,9 +53,12 @@ class ViewFunctions(dict[str, Callable[..., Any]]):
     then. Either way the route is locked, and no request pays for the check."""
 
     def __setitem__(self, endpoint: str, view: Callable[..., Any]) -> None:
-        wrapper = _wrappers.get(view)
-        if wrapper is None:
-            _registered.setdefault(view, []).append((weakref.ref(self), endpoint))
+        try:
+            wrapper = _wrappers.get(view)
+            if wrapper is None:
+                _registered.setdefault(view, []).append((weakref.ref(self), endpoint))
+        except TypeError:  # a view that takes no weak reference (a builtin) was never wrapped
+            wrapper = None
         super().__setitem__(endpoint, view if wrapper is None else wrapper)
 
     def adopt(self) -> None:
