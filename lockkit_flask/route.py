@@ -13,6 +13,7 @@ the view returns or raises or, for a streamed response, when the stream is close
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import warnings
@@ -36,10 +37,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 OnBusy = Callable[[Any, RequestLocked], ResponseReturnValue]
 _OUTCOMES = "_lockkit_outcomes"
 
-#: The wrapper ``@lock_route`` made of each view it decorated, by the bare view.
-_wrappers: weakref.WeakKeyDictionary[Callable[..., Any], Callable[..., Any]] = (
-    weakref.WeakKeyDictionary()
-)
+#: The attribute of a bare view that holds the wrapper ``@lock_route`` made of it (on the
+#: function, not in a weak map: the wrapper refers to the view, which would keep it alive).
+_WRAPPER = "__lockkit_wrapper__"
 #: Where each bare view is registered: an app's view functions and the endpoint.
 _registered: weakref.WeakKeyDictionary[
     Callable[..., Any], list[tuple[weakref.ref[ViewFunctions], str]]
@@ -47,18 +47,17 @@ _registered: weakref.WeakKeyDictionary[
 
 
 class ViewFunctions(dict[str, Callable[..., Any]]):
-    """``app.views_functions`` of an app with the extension: a view ``@lock_route`` has
+    """``app.view_functions`` of an app with the extension: a view ``@lock_route`` has
     decorated is registered as its wrapper, and a view registered before ``@lock_route``
     decorated it (the decorator written above ``@app.route``) is swapped for the wrapper
     then. Either way the route is locked, and no request pays for the check."""
 
     def __setitem__(self, endpoint: str, view: Callable[..., Any]) -> None:
-        try:
-            wrapper = _wrappers.get(view)
-            if wrapper is None:
+        wrapper = getattr(view, _WRAPPER, None)
+        if wrapper is None:
+            # A view that takes no weak reference (a builtin) is never one of ours.
+            with contextlib.suppress(TypeError):
                 _registered.setdefault(view, []).append((weakref.ref(self), endpoint))
-        except TypeError:  # a view that takes no weak reference (a builtin) was never wrapped
-            wrapper = None
         super().__setitem__(endpoint, view if wrapper is None else wrapper)
 
     def adopt(self) -> None:
@@ -68,7 +67,10 @@ class ViewFunctions(dict[str, Callable[..., Any]]):
 
 
 def _swap_registered(view: Callable[..., Any], wrapper: Callable[..., Any]) -> None:
-    _wrappers[view] = wrapper
+    try:
+        setattr(view, _WRAPPER, wrapper)
+    except AttributeError:  # a callable object without a __dict__: registered by hand
+        return
     for ref, endpoint in _registered.pop(view, []):
         views = ref()
         if views is not None and views.get(endpoint) is view:

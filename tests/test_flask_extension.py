@@ -163,3 +163,26 @@ def test_the_extension_is_usable_as_the_kit(tmp_path: Path) -> None:
             assert isinstance(held.token, int)
             assert locks.admin.info("report") is not None
         assert locks.admin.info("report") is None
+
+
+def test_an_app_with_locked_routes_is_collected_and_its_kit_closed(tmp_path: Path) -> None:
+    import weakref
+
+    def factory() -> Flask:
+        app = make_app(tmp_path)
+        LockKit(app)
+
+        @lock_route("report")
+        @app.put("/report")
+        def report() -> str:
+            return app.name  # the view refers to its app, as factory views often do
+
+        return app
+
+    app = factory()
+    kit = state_of(app).kit
+    gone = weakref.ref(app)
+    del app
+    gc.collect()
+    assert gone() is None
+    assert not kit._closer.alive
