@@ -52,24 +52,25 @@ class _Middleware:
             markcoroutinefunction(self)
 
     def __call__(self, request: HttpRequest) -> Any:
-        call = functools.partial(self.get_response, request)
-        answer = self.wrap(request, call)
-        return call() if answer is None else answer
+        answer = self.wrap(request)
+        return self.get_response(request) if answer is None else answer
 
-    def wrap(self, request: HttpRequest, call: Callable[[], Any]) -> Any:
+    def wrap(self, request: HttpRequest) -> Any:
+        """The response (or, async, its coroutine), or None to pass the request on as is."""
         raise NotImplementedError
 
 
 class LockMiddleware(_Middleware):
     """Run each request that a rule matches under that rule's lock."""
 
-    def wrap(self, request: HttpRequest, call: Callable[[], Any]) -> Any:
+    def wrap(self, request: HttpRequest) -> Any:
         state = lockkit_state()
         found = _match(request, state.settings.rules)
         if found is None:
             return None
         rule, url_kwargs = found
         run = arun_locked if self.is_async else run_locked
+        call = functools.partial(self.get_response, request)
         return run(rule, request, url_kwargs, call, rule.path.pattern, state.guard)
 
 
@@ -92,11 +93,11 @@ class IdempotencyMiddleware(_Middleware):
     session) and before ``LockMiddleware``. Sync and async capable.
     """
 
-    def wrap(self, request: HttpRequest, call: Callable[[], Any]) -> Any:
+    def wrap(self, request: HttpRequest) -> Any:
         if not lockkit_state().settings.idempotency.matches(request):
             return None
         run = run_idempotent_async if self.is_async else run_idempotent
-        return run(request, _no_overrides, call)
+        return run(request, _no_overrides, functools.partial(self.get_response, request))
 
 
 def _no_overrides() -> None:
