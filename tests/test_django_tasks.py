@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.checks import run_checks
 from django.test import override_settings
+from djchecks import run_checks
 from djtasks_fixtures import TaskProject
 
 from lockkit_core import ConfigError, LockKit
