@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from django.core.checks import run_checks
 from django.test import override_settings
+from djchecks import run_checks
 
 from lockkit_core import ConfigError
 from lockkit_core.testing import RedisServer
