@@ -304,10 +304,10 @@ def test_a_mixin_key_naming_what_its_url_does_not_capture_fails_the_checks() -> 
     import sys
     import types
 
-    from django.core.checks import run_checks
     from django.http import HttpRequest, HttpResponse
     from django.urls import path
     from django.views import View
+    from djchecks import run_checks
 
     from lockkit_django import LockViewMixin
 
