@@ -594,3 +594,35 @@ def test_either_order_locks_routes_registered_before_the_extension_and_on_bluepr
         assert client.put("/early").status_code == 409
         assert client.put("/carts/1").status_code == 409
         assert client.put("/carts/2").status_code == 200
+
+
+@pytest.mark.redis
+def test_a_store_down_at_release_keeps_the_response_logs_counts_and_signals(
+    redis_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from lockkit_core.testing.proxy import TcpProxy
+    from lockkit_flask import lock_lost
+
+    told: list[str] = []
+
+    def on_lost(sender: Flask, lock: Any, route: str, error: BaseException) -> None:
+        told.append(type(error).__name__)
+
+    with TcpProxy("127.0.0.1", redis_server.port) as proxy:
+        app = Flask("outage")
+        app.config.update(TESTING=True, LOCKKIT_URL=proxy.url_for(socket_timeout=0.5))
+        LockKit(app)
+
+        @app.post("/pay")
+        @lock_route("order:1")
+        def pay() -> str:
+            proxy.partition()  # the store goes away while the payment runs
+            return "paid"
+
+        with lock_lost.connected_to(on_lost, app), caplog.at_level(logging.ERROR, "lockkit.flask"):
+            response = app.test_client().post("/pay")
+        proxy.heal()
+    assert (response.status_code, response.text) == (200, "paid")
+    assert any("'order:1' not released" in r.getMessage() for r in caplog.records)
+    assert state_of(app).counts["unreleased"] == 1
+    assert told == ["BackendUnavailable"]
