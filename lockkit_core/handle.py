@@ -1,0 +1,163 @@
+"""``Handle``: what a :class:`~lockkit_core.lock.Lock` handle holds and who may re-enter it.
+
+A reentrant hold is re-entered by the thread that took it (like ``threading.RLock``) or, in a
+coroutine, by the asyncio task that took it (see :func:`~lockkit_core.hold.context`): each
+keeps its ``[hold, depth]`` on the handle. A non-reentrant hold belongs to its acquisition.
+The public API (blocking and asyncio alike) is :class:`~lockkit_core.lock.Lock`'s.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, cast
+
+from .errors import LockLost, LockNotOwned
+from .hold import Hold, context, inherited_message, lost_message
+from .keys import namespaced
+
+if TYPE_CHECKING:
+    from .kit import LockKit
+    from .lock import Lock
+
+__all__ = ["Handle", "OnLost"]
+
+OnLost = Callable[["Lock"], object]
+
+
+class Handle:
+    """The state of a handle on one key and its reentrancy bookkeeping."""
+
+    def __init__(
+        self,
+        kit: LockKit,
+        key: str,
+        *,
+        ttl: float | None,
+        timeout: float | None,
+        auto_renew: bool,
+        reentrant: bool,
+        fair: bool,
+        on_lost: Iterable[OnLost],
+        owner: str | None,
+    ) -> None:
+        self.kit = kit
+        self.key = key
+        self.full_key = namespaced(kit.namespace, key)
+        self.ttl = ttl
+        self.timeout = timeout
+        self.auto_renew = auto_renew
+        self.reentrant = reentrant
+        self.fair = fair
+        self.on_lost: list[OnLost] = list(on_lost)
+        self._given_owner = owner
+        # Reentrant: this thread's [hold, depth], in a thread-local so that it dies with its
+        # thread and a later thread reusing the ident starts empty; inside a coroutine, its
+        # asyncio task's, in a weak map made on first use. Non-reentrant: the hold of the
+        # current acquisition, whichever thread or task took it.
+        self._local = threading.local()
+        self._tasks: weakref.WeakKeyDictionary[Any, list[Any]] | None = None
+        self._hold: Hold | None = None
+        self._last: Hold | None = None  # what other threads and callbacks see
+
+    def _here(self) -> Hold | None:
+        if not self.reentrant:
+            return self._hold
+        use = self._use()
+        return use[0] if use is not None else None
+
+    def _use(self) -> list[Any] | None:
+        """This thread's or task's ``[hold, depth]`` (see :func:`~lockkit_core.hold.context`)."""
+        who = context()
+        if isinstance(who, threading.Thread):
+            use: list[Any] | None = getattr(self._local, "use", None)
+            return use
+        return None if self._tasks is None else self._tasks.get(who)
+
+    def _set_use(self, use: list[Any] | None) -> None:
+        who = context()
+        if isinstance(who, threading.Thread):
+            self._local.use = use
+        elif use is not None:
+            if self._tasks is None:
+                self._tasks = weakref.WeakKeyDictionary()
+            self._tasks[who] = use
+        elif self._tasks is not None:
+            self._tasks.pop(who, None)
+
+    def _view(self) -> Hold | None:
+        return self._here() or self._last
+
+    def _took(self, hold: Hold) -> None:
+        if self.reentrant:
+            self._set_use([hold, 1])
+        else:
+            self._hold = hold
+        self._last = hold
+
+    def _reenter(self) -> bool:
+        holds = self.kit.holds
+        hold = holds.get(self.full_key)
+        if hold is None or hold.thread is not context():
+            return False  # the common case, decided without the kit's lock
+        use = self._use()
+        with holds.mutex:
+            if (
+                holds.get(self.full_key) is not hold
+                or hold.pid != os.getpid()
+                or not hold.active
+                or (use is not None and use[0] is not hold)
+                or (self._given_owner is not None and self._given_owner != hold.owner)
+                or hold.leak() is not None  # leaked: expiring, and told so, not to be reused
+            ):
+                return False
+            if hold.is_lost():
+                raise LockLost(self.key, lost_message(self.key, hold))
+            hold.count += 1
+            if use is None:
+                use = [hold, 0]
+                self._set_use(use)
+                hold.handles.append(weakref.ref(cast("Lock", self)))
+            use[1] += 1
+            return True
+
+    def _let_go(self) -> Hold | str | None:
+        """Let go of one level: the hold to free on the store once the outermost level ends,
+        the given owner token to release directly, or None while re-entered."""
+        holds = self.kit.holds
+        hold = self._here()
+        if hold is None:
+            if self._given_owner is not None:
+                return self._given_owner
+            how = (
+                "this thread or task does not hold it through this handle (reentrant locks "
+                "are owned per thread or asyncio task; use reentrant=False to release from "
+                "another)"
+                if self.reentrant
+                else "this handle does not hold it"
+            )
+            raise LockNotOwned(self.key, f"cannot release {self.key!r}: {how}")
+        if hold.pid != os.getpid():
+            raise LockNotOwned(self.key, inherited_message(self.key, hold))
+        with holds.mutex:
+            if self.reentrant:
+                use = self._use()
+                assert use is not None
+                use[1] -= 1
+                if use[1] == 0:
+                    self._set_use(None)
+            elif self._hold is hold:
+                self._hold = None
+            else:  # another thread released it first
+                raise LockNotOwned(self.key, f"cannot release {self.key!r}: already released")
+            hold.count -= 1
+            if hold.count > 0:
+                return None
+            # Cleared before the store hears of it: see Hold.mark_lost.
+            hold.active = False
+            holds.drop(hold)
+            if self._last is hold:
+                self._last = None
+        return hold
