@@ -1,13 +1,17 @@
 """``Handle``: what a :class:`~lockkit_core.lock.Lock` handle holds and who may re-enter it.
 
-A reentrant hold is re-entered by the thread that took it (like ``threading.RLock``) or, in a
-coroutine, by the asyncio task that took it (see :func:`~lockkit_core.hold.context`): each
-keeps its ``[hold, depth]`` on the handle. A non-reentrant hold belongs to its acquisition.
-The public API (blocking and asyncio alike) is :class:`~lockkit_core.lock.Lock`'s.
+Blocking acquisitions of a reentrant lock belong to their thread (like ``threading.RLock``):
+each thread keeps its ``[hold, depth]`` in a thread-local of the handle. An asyncio
+acquisition (``aacquire``) is re-entered by the task that made it, but belongs to the handle:
+``asyncio.wait_for`` (before Python 3.12) and ``create_task`` run a coroutine in a task of its
+own, so the task that releases is often not the one that acquired; and a task ending is no
+sign of a leak, so only the handle being dropped is. A non-reentrant hold belongs to its
+acquisition. The public API (blocking and asyncio) is :class:`~lockkit_core.lock.Lock`'s.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import weakref
@@ -15,7 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import LockLost, LockNotOwned
-from .hold import Hold, context, inherited_message, lost_message
+from .hold import Hold, inherited_message, lost_message
 from .keys import namespaced
 
 if TYPE_CHECKING:
@@ -54,55 +58,52 @@ class Handle:
         self.on_lost: list[OnLost] = list(on_lost)
         self._given_owner = owner
         # Reentrant: this thread's [hold, depth], in a thread-local so that it dies with its
-        # thread and a later thread reusing the ident starts empty; inside a coroutine, its
-        # asyncio task's, in a weak map made on first use. Non-reentrant: the hold of the
-        # current acquisition, whichever thread or task took it.
+        # thread and a later thread reusing the ident starts empty; and the handle's asyncio
+        # acquisition's. Non-reentrant: the hold of the current acquisition, whichever thread
+        # or task took it.
         self._local = threading.local()
-        self._tasks: weakref.WeakKeyDictionary[Any, list[Any]] | None = None
+        self._async_use: list[Any] | None = None
         self._hold: Hold | None = None
         self._last: Hold | None = None  # what other threads and callbacks see
 
     def _here(self) -> Hold | None:
         if not self.reentrant:
             return self._hold
-        use = self._use()
+        use = self._use(False) or self._async_use
         return use[0] if use is not None else None
 
-    def _use(self) -> list[Any] | None:
-        """This thread's or task's ``[hold, depth]`` (see :func:`~lockkit_core.hold.context`)."""
-        who = context()
-        if isinstance(who, threading.Thread):
-            use: list[Any] | None = getattr(self._local, "use", None)
-            return use
-        return None if self._tasks is None else self._tasks.get(who)
+    def _use(self, asynchronous: bool) -> list[Any] | None:
+        """The ``[hold, depth]`` of this thread, or of the handle's asyncio acquisition."""
+        if asynchronous:
+            return self._async_use
+        use: list[Any] | None = getattr(self._local, "use", None)
+        return use
 
-    def _set_use(self, use: list[Any] | None) -> None:
-        who = context()
-        if isinstance(who, threading.Thread):
+    def _set_use(self, use: list[Any] | None, asynchronous: bool) -> None:
+        if asynchronous:
+            self._async_use = use
+        else:
             self._local.use = use
-        elif use is not None:
-            if self._tasks is None:
-                self._tasks = weakref.WeakKeyDictionary()
-            self._tasks[who] = use
-        elif self._tasks is not None:
-            self._tasks.pop(who, None)
 
     def _view(self) -> Hold | None:
         return self._here() or self._last
 
     def _took(self, hold: Hold) -> None:
         if self.reentrant:
-            self._set_use([hold, 1])
+            self._set_use([hold, 1], hold.task is not None)
         else:
             self._hold = hold
         self._last = hold
 
-    def _reenter(self) -> bool:
+    def _reenter(self, task: asyncio.Task[Any] | None = None) -> bool:
+        """Re-enter a hold of this thread (or of ``task``, for ``aacquire``) on the key."""
         holds = self.kit.holds
         hold = holds.get(self.full_key)
-        if hold is None or hold.thread is not context():
+        if hold is None or (
+            hold.thread is not threading.current_thread() if task is None else hold.task is not task
+        ):
             return False  # the common case, decided without the kit's lock
-        use = self._use()
+        use = self._use(task is not None)
         with holds.mutex:
             if (
                 holds.get(self.full_key) is not hold
@@ -118,7 +119,7 @@ class Handle:
             hold.count += 1
             if use is None:
                 use = [hold, 0]
-                self._set_use(use)
+                self._set_use(use, task is not None)
                 hold.handles.append(weakref.ref(cast("Lock", self)))
             use[1] += 1
             return True
@@ -132,9 +133,9 @@ class Handle:
             if self._given_owner is not None:
                 return self._given_owner
             how = (
-                "this thread or task does not hold it through this handle (reentrant locks "
-                "are owned per thread or asyncio task; use reentrant=False to release from "
-                "another)"
+                "this thread does not hold it through this handle (blocking acquisitions of "
+                "reentrant locks are owned per thread; use reentrant=False to release from "
+                "another thread)"
                 if self.reentrant
                 else "this handle does not hold it"
             )
@@ -143,11 +144,12 @@ class Handle:
             raise LockNotOwned(self.key, inherited_message(self.key, hold))
         with holds.mutex:
             if self.reentrant:
-                use = self._use()
+                asynchronous = self._use(False) is None
+                use = self._use(asynchronous)
                 assert use is not None
                 use[1] -= 1
                 if use[1] == 0:
-                    self._set_use(None)
+                    self._set_use(None, asynchronous)
             elif self._hold is hold:
                 self._hold = None
             else:  # another thread released it first

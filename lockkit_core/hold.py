@@ -7,9 +7,10 @@ that obtained or extended it was sent, so ``is_lost()`` decides locally, without
 
 Who a hold belongs to decides when it has leaked (see :meth:`Hold.leak`):
 
-* a reentrant hold belongs to its *thread* (like ``threading.RLock``), or inside a coroutine
-  to its asyncio *task*: only that one can release it, so once it has ended nobody can, and
-  the hold has leaked;
+* a reentrant hold taken by a blocking acquire belongs to its *thread* (like
+  ``threading.RLock``): only that thread can release it, so once the thread has exited nobody
+  can, and the hold has leaked (an asyncio acquisition belongs to its handle; see
+  :mod:`lockkit_core.handle`);
 * a non-reentrant hold belongs to its *acquisition* (like ``threading.Lock``): any thread may
   release it through the handle, so the thread that took it exiting is no leak;
 * either way, once every handle that used the hold is garbage, nobody can release it.
@@ -34,7 +35,7 @@ from .errors import LockLost
 if TYPE_CHECKING:
     from .lock import Lock
 
-__all__ = ["Hold", "context", "inherited_message", "lost_message", "run_on_lost"]
+__all__ = ["Hold", "inherited_message", "lost_message", "run_on_lost"]
 
 log = logging.getLogger("lockkit")
 #: makes "lost" reported once when a renewal and a release find it at the same time
@@ -57,13 +58,20 @@ class Hold:
         "lost_reason",
         "owner",
         "pid",
+        "task",
         "thread",
         "token",
         "ttl",
     )
 
     def __init__(
-        self, lock: Lock, backend: Backend, owner: str, token: int | None, deadline: float
+        self,
+        lock: Lock,
+        backend: Backend,
+        owner: str,
+        token: int | None,
+        deadline: float,
+        task: asyncio.Task[Any] | None = None,
     ) -> None:
         # The handle whose on_lost callbacks apply, and every handle that re-entered it.
         self.lock = weakref.ref(lock)
@@ -77,9 +85,10 @@ class Hold:
         self.auto_renew = lock.auto_renew
         self.deadline = deadline
         self.count = 1
-        # The thread or asyncio task that may re-enter it (see context()); the thread
-        # object, never its ident: idents are reused by later threads.
-        self.thread = context() if lock.reentrant else None
+        # Who may re-enter it: the thread of a blocking acquisition (the thread object, never
+        # its ident: idents are reused by later threads), the task of an asyncio one.
+        self.task = task if lock.reentrant else None
+        self.thread = threading.current_thread() if lock.reentrant and task is None else None
         self.pid = os.getpid()
         self.lost_reason: str | None = None
         self.active = True
@@ -175,22 +184,9 @@ class Hold:
         """Why nobody can release this hold any more (see the module docstring), or None."""
         if all(handle() is None for handle in self.handles):
             return "every handle on it was dropped without release()"
-        owner = self.thread
-        if isinstance(owner, threading.Thread) and not owner.is_alive():
-            return f"its thread {owner.name!r} exited without releasing it"
-        if isinstance(owner, asyncio.Task) and owner.done():
-            return f"its asyncio task {owner.get_name()!r} ended without releasing it"
+        if self.thread is not None and not self.thread.is_alive():
+            return f"its thread {self.thread.name!r} exited without releasing it"
         return None
-
-
-def context() -> threading.Thread | asyncio.Task[Any]:
-    """Who re-enters a reentrant lock: the running asyncio task inside a coroutine (tasks
-    share their thread, so a thread would let two tasks hold one lock), else the thread."""
-    if asyncio._get_running_loop() is not None:
-        task = asyncio.current_task()
-        if task is not None:
-            return task
-    return threading.current_thread()
 
 
 def run_on_lost(lock: Lock) -> None:

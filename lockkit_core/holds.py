@@ -8,8 +8,9 @@ each new hold to the store (``Backend.track``) and to the watchdog.
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .backends.base import Backend
 from .hold import Hold
@@ -39,10 +40,17 @@ class Holds:
         """The reentrant hold on ``full_key``, if one is listed."""
         return self._by_key.get(full_key)
 
-    def start(self, lock: Lock, owner: str, token: int | None, valid_until: float) -> Hold:
-        """A new hold for ``lock``'s acquisition by ``owner``: listed if reentrant, tracked by
-        the store, renewed or watched by the watchdog."""
-        hold = Hold(lock, self.backend, owner, token, valid_until)
+    def start(
+        self,
+        lock: Lock,
+        owner: str,
+        token: int | None,
+        valid_until: float,
+        task: asyncio.Task[Any] | None = None,
+    ) -> Hold:
+        """A new hold for ``lock``'s acquisition by ``owner`` (made by ``task`` for an asyncio
+        one): listed if reentrant, tracked by the store, renewed or watched by the watchdog."""
+        hold = Hold(lock, self.backend, owner, token, valid_until, task)
         if lock.reentrant:
             with self.mutex:
                 self._by_key[hold.full_key] = hold

@@ -11,6 +11,7 @@ handle reaches its kit only through ``kit.backend``, ``kit.namespace`` and ``kit
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import time
@@ -154,18 +155,22 @@ class Lock(Handle):
     async def aacquire(self, blocking: bool = True, timeout: Any = UNSET) -> bool:
         """:meth:`acquire` for a coroutine: the same rules, and it never blocks the event loop.
 
-        Cancelled while it waits, it leaves nothing on the store (no queue entry, no lease);
-        reentrancy is per asyncio task. Raises :class:`NotSupported` on a store without an
-        asyncio API.
+        Cancelled while it waits, it leaves nothing on the store (no queue entry, no lease).
+        The task that acquired re-enters; the acquisition belongs to the handle, so any task
+        may ``arelease`` it (see :mod:`lockkit_core.handle`). Raises :class:`NotSupported` on
+        a store without an asyncio API.
         """
         timeout = self._timeout(blocking, timeout)
-        if self.reentrant and self._reenter():
+        task = asyncio.current_task()
+        assert task is not None  # awaited inside a task
+        if self.reentrant and self._reenter(task):
             return True
         ops = self.kit.backend.aio()
         if self._given_owner is not None:
             sent = time.monotonic()
             ttl = lease.on_store(self.ttl)
-            hold = self._adopted(await ops.adopt(self.full_key, self._given_owner, ttl), sent)
+            grant = await ops.adopt(self.full_key, self._given_owner, ttl)
+            hold = self._adopted(grant, sent, task)
         else:
             owner = new_owner_token()
             got = await drivers.aacquire(
@@ -180,7 +185,7 @@ class Lock(Handle):
             )
             if got is None:
                 return False
-            hold = self.kit.holds.start(self, owner, got.token, got.valid_until)
+            hold = self.kit.holds.start(self, owner, got.token, got.valid_until, task)
         self._took(hold)
         return True
 
@@ -190,7 +195,7 @@ class Lock(Handle):
             raise ConfigError("acquire(blocking=False) takes no timeout")
         return timeout  # type: ignore[no-any-return]
 
-    def _adopted(self, grant: Grant, sent: float) -> Hold:
+    def _adopted(self, grant: Grant, sent: float, task: asyncio.Task[Any] | None = None) -> Hold:
         """The hold of an adoption the store answered with ``grant`` (asked at ``sent``)."""
         owner = self._given_owner
         assert owner is not None
@@ -205,7 +210,7 @@ class Lock(Handle):
         valid_until = sent + lease.validity(self.ttl)
         if self.ttl is not None and now >= valid_until:
             raise dead_on_arrival_error(self.key, self.ttl, now - sent, 1)
-        return self.kit.holds.start(self, owner, grant.token, valid_until)
+        return self.kit.holds.start(self, owner, grant.token, valid_until, task)
 
     def release(self) -> None:
         """Release one level of reentrancy; the store is told when the outermost one ends.
@@ -265,7 +270,7 @@ class Lock(Handle):
         holds = self.kit.holds
         with holds.mutex:
             if self.reentrant:
-                self._set_use(None)
+                self._set_use(None, hold.task is not None)
             else:
                 self._hold = None
             hold.count = 0

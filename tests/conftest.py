@@ -16,6 +16,7 @@ from lockkit_core.registry import create_backend
 from lockkit_core.testing import RedisServer
 
 pytest_plugins = [
+    "async_support",
     "djtasks_fixtures",
     "etcd_fixtures",
     "postgres_fixtures",
