@@ -16,18 +16,18 @@ run-under-the-guard flow they and :class:`~lockkit_django.LockMiddleware` share.
 
 Every decision is the core guard's (:mod:`lockkit_core.guard`). The view finds its lock in
 ``request.lockkit_lock`` (``.token`` for :func:`~lockkit_django.fenced_update`). Async views
-stay coroutine functions: the lock is taken in a worker thread, so waiting never blocks the
-event loop.
+stay coroutine functions: the lock is awaited on the event loop (``Lock.aacquire``), so
+waiting never blocks it and parks no thread.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, ClassVar, TypeVar, cast
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponseBase
 
 from lockkit_core import ConfigError
@@ -65,16 +65,65 @@ def begin(
     route: str,
     guard: GuardContext | None = None,
 ) -> Outcome | HttpResponseBase:
-    """The guard's outcome for ``request`` (may wait: a worker thread from async code), or
-    the response refusing it; the held lock is ``request.lockkit_lock``. ``guard``: the
-    context of ``settings.LOCKKIT``, if the caller has it already."""
+    """The guard's outcome for ``request`` (may wait for the lock), or the response refusing
+    it; the held lock is ``request.lockkit_lock``. ``guard``: the context of
+    ``settings.LOCKKIT``, if the caller has it already."""
     guard = guard or lockkit_state().guard
     if not rule.applies(guard, request.method or ""):
         return NOT_LOCKED
-    if rule.key.func is not None:
-        outcome = rule.decide(guard, route, lambda func: func(request, **url_kwargs))
+    return _answer(rule, request, rule.decide(guard, route, _values(rule, request, url_kwargs)))
+
+
+async def abegin(
+    rule: RequestRule,
+    request: HttpRequest,
+    url_kwargs: Mapping[str, Any],
+    route: str,
+    guard: GuardContext,
+) -> Outcome | HttpResponseBase:
+    """:func:`begin` for async code: the lock is awaited on the event loop. Values that may
+    query the database (``user``, ``session``) or a key function (which may do anything)
+    are read in a worker thread, as Django requires of async code; the wait never is."""
+    if not rule.applies(guard, request.method or ""):
+        return NOT_LOCKED
+    if rule.key.func is not None or {"user", "session"} & set(rule.key.fields):
+        found = await sync_to_async(_called)(rule, request, url_kwargs)
     else:
-        outcome = rule.decide(guard, route, values(request, url_kwargs, rule.key.fields))
+        found = _values(rule, request, url_kwargs)
+    return _answer(rule, request, await rule.adecide(guard, route, found))
+
+
+def _values(
+    rule: RequestRule, request: HttpRequest, url_kwargs: Mapping[str, Any]
+) -> Mapping[str, Any] | Callable[[KeyFunc], object]:
+    if rule.key.func is None:
+        return values(request, url_kwargs, rule.key.fields)
+    return lambda func: func(request, **url_kwargs)
+
+
+def _called(
+    rule: RequestRule, request: HttpRequest, url_kwargs: Mapping[str, Any]
+) -> Mapping[str, Any] | Callable[[KeyFunc], object]:
+    """:func:`_values`, with the key function called now (in a worker thread, from async
+    code); what it returned or raised reaches the guard when the guard asks for it."""
+    func = rule.key.func
+    if func is None:
+        return _values(rule, request, url_kwargs)
+    try:
+        made = func(request, **url_kwargs)
+    except Exception as exc:
+        error = exc
+
+        def fail(_: KeyFunc) -> object:
+            raise error
+
+        return fail
+    return lambda _: made
+
+
+def _answer(
+    rule: RequestRule, request: HttpRequest, outcome: Outcome
+) -> Outcome | HttpResponseBase:
     refusal = outcome.refusal
     if refusal is None:
         request.lockkit_lock = outcome.lock  # type: ignore[attr-defined]
@@ -112,20 +161,21 @@ async def arun_locked(
     route: str,
     guard: GuardContext | None = None,
 ) -> HttpResponseBase:
-    """:func:`run_locked` for async code: the store round trips run in a worker thread."""
+    """:func:`run_locked` for async code: the lock is awaited on the event loop (on a store
+    with an asyncio API; on the others its round trips run in a worker thread)."""
     guard = guard or lockkit_state().guard
     if not rule.applies(guard, request.method or ""):
         return await call()
-    outcome = await asyncio.to_thread(begin, rule, request, url_kwargs, route, guard)
+    outcome = await abegin(rule, request, url_kwargs, route, guard)
     if not isinstance(outcome, Outcome):
         return outcome
     try:
         response = await call()
     except BaseException:
-        await asyncio.to_thread(outcome.release)
+        await outcome.arelease()
         raise
     if outcome.lock is not None and not response.streaming:
-        await asyncio.to_thread(outcome.release)
+        await outcome.arelease()
     return release_with(response, outcome.release) if outcome.lock else response
 
 

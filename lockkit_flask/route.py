@@ -12,7 +12,6 @@ the view returns or raises or, for a streamed response, when the stream is close
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import inspect
@@ -25,7 +24,7 @@ from flask import Blueprint, Response, current_app, g, request
 from flask.typing import ResponseReturnValue
 
 from lockkit_core.config import UNSET
-from lockkit_core.guard import NOT_LOCKED, Outcome, RequestRule, Scope
+from lockkit_core.guard import NOT_LOCKED, KeyFunc, Outcome, RequestRule, Scope
 
 from .errors import RequestLocked
 from .extension import state_of
@@ -108,10 +107,21 @@ def decide(rule: RequestRule) -> Outcome:
     state = state_of(current_app)
     if not rule.applies(state, request.method):
         return NOT_LOCKED
-    route = request.endpoint or request.path
+    return rule.decide(state, request.endpoint or request.path, _values(rule))
+
+
+async def adecide(rule: RequestRule) -> Outcome:
+    """:func:`decide` for an async view: the lock is awaited on the view's event loop."""
+    state = state_of(current_app)
+    if not rule.applies(state, request.method):
+        return NOT_LOCKED
+    return await rule.adecide(state, request.endpoint or request.path, _values(rule))
+
+
+def _values(rule: RequestRule) -> Values | Callable[[KeyFunc], object]:
     if rule.key.func is not None:
-        return rule.decide(state, route, lambda func: func())
-    return rule.decide(state, route, Values(request.view_args or {}))
+        return lambda func: func()
+    return Values(request.view_args or {})
 
 
 def refuse(rule: RequestRule, outcome: Outcome) -> ResponseReturnValue:
@@ -140,18 +150,18 @@ def _wrap(rule: RequestRule, view: Callable[..., Any]) -> Callable[..., Any]:
 
         @functools.wraps(view)
         async def locked_async_view(*args: Any, **kwargs: Any) -> Any:
-            # The wait happens in a worker thread (with this context): the loop runs on.
-            outcome = await asyncio.to_thread(decide, rule)
+            # Awaited on the view's event loop: no thread waits for the lock.
+            outcome = await adecide(rule)
             if outcome.refusal is not None:
                 return refuse(rule, outcome)
             g.lockkit_lock = outcome.lock  # .token fences writes; None: not locked
             try:
                 response = current_app.make_response(await view(*args, **kwargs))
             except BaseException:
-                await asyncio.to_thread(outcome.release)
+                await outcome.arelease()
                 raise
             if not response.is_streamed:
-                await asyncio.to_thread(outcome.release)
+                await outcome.arelease()
             return hand_over(outcome, response)
 
         return locked_async_view

@@ -224,6 +224,26 @@ async def waiting_does_not_block_the_loop() -> None:
     assert ticks >= 10, f"the loop ran only {ticks} ticks while the view waited 0.5 s"
 
 
+def test_async_views_waiting_for_a_lock_park_no_thread() -> None:
+    asyncio.run(waiting_parks_no_thread())
+
+
+async def waiting_parks_no_thread() -> None:
+    lock = get_kit().lock("slow:p", reentrant=False)
+    await lock.aacquire()
+    client = AsyncClient()
+    # One request first: whatever threads Django's sync middleware adapters use are started.
+    assert (await client.post("/async/warm/")).json() == {"held": True}
+    before = threading.active_count()
+    waiting = [asyncio.create_task(client.post("/async/p/")) for _ in range(20)]
+    await asyncio.sleep(0.3)  # all twenty wait for the lock
+    during = threading.active_count()
+    await lock.arelease()
+    answers = await asyncio.gather(*waiting)
+    assert [answer.json() for answer in answers] == [{"held": True}] * 20
+    assert during - before <= 1, f"{during - before} threads more while 20 requests waited"
+
+
 def test_a_mixin_without_a_key_is_a_config_error() -> None:
     from django.views import View
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 
+from ..errors import NotSupported
 from .base import Backend, Grant, SleepWaiter
 
-__all__ = ["AsyncOps", "AsyncSleepWaiter", "AsyncWaiter", "LocalOps"]
+__all__ = ["AsyncOps", "AsyncSleepWaiter", "AsyncWaiter", "LocalOps", "has_asyncio"]
 
 
 class AsyncWaiter(ABC):
@@ -88,3 +89,13 @@ class LocalOps(AsyncOps):
 
     async def adopt(self, key: str, owner: str, ttl: float) -> Grant:
         return self.backend.adopt(key, owner, ttl)
+
+
+def has_asyncio(backend: Backend) -> bool:
+    """Whether ``backend`` has an asyncio API (``Lock.aacquire`` and friends); call it from
+    the event loop that would use it."""
+    try:
+        backend.aio()
+    except NotSupported:
+        return False
+    return True

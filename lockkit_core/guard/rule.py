@@ -5,18 +5,21 @@ An adapter supplies the request's method, its route's name and its sources, turn
 into its framework's response, exposes the held lock to the view, and calls
 :meth:`Outcome.release` from whatever ends the response (a stream's close, a commit). The
 lock is ``reentrant=False``: it belongs to the request, so the thread that closes a stream
-(or runs ``asyncio.to_thread`` for an async view) may release it.
+may release it. Async code uses :meth:`RequestRule.adecide` and :meth:`Outcome.arelease`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
+from ..backends.aio import has_asyncio
 from ..config import UNSET, check_lock_ttl
 from ..errors import BackendUnavailable, ConfigError, LockNotOwned
 from ..kit import LockKit
@@ -40,6 +43,7 @@ __all__ = [
 HTTP_METHODS: Final = frozenset(
     {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
 )
+T = TypeVar("T")
 Scope = Literal["global", "route"]
 LostHook = Callable[[Lock, str, BaseException], None]
 
@@ -93,20 +97,42 @@ class Outcome:
         """Give the lock back, once. A lease lost while the request ran (force-released,
         expired) or a store down at release is logged with the key, counted and told to the
         ``on_lost`` hooks; it never replaces the response, whose work is already done."""
-        lock, context = self.lock, self.context
-        if lock is None or context is None:
-            return
+        lock = self._take()
+        if lock is not None:
+            try:
+                lock.release()
+            except (LockNotOwned, BackendUnavailable) as exc:
+                self._failed(lock, exc)
+
+    async def arelease(self) -> None:
+        """:meth:`release` from async code, on the event loop where the store has an asyncio
+        API (else in a worker thread)."""
+        lock = self._take()
+        if lock is not None:
+            try:
+                await in_loop(lock, lock.arelease, lock.release)
+            except (LockNotOwned, BackendUnavailable) as exc:
+                self._failed(lock, exc)
+
+    def _take(self) -> Lock | None:
+        """The lock to give back, the first time only."""
+        lock = self.lock
+        if self.context is None:
+            return None
         self.lock = None
-        try:
-            lock.release()
-        except LockNotOwned as exc:
+        return lock
+
+    def _failed(self, lock: Lock, exc: LockNotOwned | BackendUnavailable) -> None:
+        context = self.context
+        assert context is not None
+        if isinstance(exc, LockNotOwned):
             context.counts.add("lost")
             context.log.error(
                 "%s: lock %r was lost while its request ran (another request may have run "
                 "meanwhile; the response stands): %s", self.route, lock.key, exc,
             )  # fmt: skip
             self._tell(context, lock, exc)
-        except BackendUnavailable as exc:
+        else:
             context.counts.add("unreleased")
             context.log.error(
                 "%s: lock %r not released, the store is down (it frees within its ttl): %s",
@@ -186,6 +212,47 @@ class RequestRule:
         template reads, or a function that calls the key function with the framework's
         arguments. The outcome is held, refused (busy, store down, value missing) or, for a
         rule that fails open on a store that is down, not locked."""
+        start = self._start(context, route, values)
+        if isinstance(start, Outcome):
+            return start
+        lock, wait = start
+        try:
+            acquired = lock.acquire(timeout=wait)
+        except BackendUnavailable as exc:
+            return self._down(context, route, lock.key, exc)
+        return self._judge(context, route, lock, acquired)
+
+    async def adecide(
+        self,
+        context: GuardContext,
+        route: str,
+        values: Mapping[str, Any] | Callable[[KeyFunc], object],
+    ) -> Outcome:
+        """:meth:`decide` from async code: the lock is awaited on the event loop
+        (``Lock.aacquire``), no thread per request, on stores with an asyncio API; on the
+        others the wait runs in a worker thread. The key is built on the loop."""
+        start = self._start(context, route, values)
+        if isinstance(start, Outcome):
+            return start
+        lock, wait = start
+        try:
+            acquired = await in_loop(
+                lock,
+                functools.partial(lock.aacquire, timeout=wait),
+                functools.partial(lock.acquire, timeout=wait),
+            )
+        except BackendUnavailable as exc:
+            return self._down(context, route, lock.key, exc)
+        return self._judge(context, route, lock, acquired)
+
+    def _start(
+        self,
+        context: GuardContext,
+        route: str,
+        values: Mapping[str, Any] | Callable[[KeyFunc], object],
+    ) -> tuple[Lock, float | None] | Outcome:
+        """The request's lock and how long to wait for it, or the refusal of a request whose
+        key cannot be built."""
         try:
             if self.key.func is not None:
                 assert callable(values)
@@ -199,24 +266,36 @@ class RequestRule:
         if self.scope == "route":
             key = f"{route}:{key}"
         wait = context.settings.wait if self.wait is UNSET else self.wait
-        lock = context.kit.lock(key, ttl=self.ttl, reentrant=False)
-        try:
-            acquired = lock.acquire(timeout=wait)
-        except BackendUnavailable as exc:
-            if self.fail_open:
-                context.counts.add("fail_open")
-                context.log.warning(
-                    "%s runs WITHOUT its lock %r: the lock store is down and the rule fails "
-                    "open (%s)", route, key, exc,
-                )  # fmt: skip
-                return Outcome(route=route)
-            context.counts.add("unavailable")
-            context.log.error("%s refused (503): lock store down: %s", route, exc)
-            retry = context.settings.retry_after
-            return Outcome(refusal=context.problems.down(key, route, retry), route=route)
+        return context.kit.lock(key, ttl=self.ttl, reentrant=False), wait
+
+    def _down(
+        self, context: GuardContext, route: str, key: str, exc: BackendUnavailable
+    ) -> Outcome:
+        if self.fail_open:
+            context.counts.add("fail_open")
+            context.log.warning(
+                "%s runs WITHOUT its lock %r: the lock store is down and the rule fails "
+                "open (%s)", route, key, exc,
+            )  # fmt: skip
+            return Outcome(route=route)
+        context.counts.add("unavailable")
+        context.log.error("%s refused (503): lock store down: %s", route, exc)
+        retry = context.settings.retry_after
+        return Outcome(refusal=context.problems.down(key, route, retry), route=route)
+
+    @staticmethod
+    def _judge(context: GuardContext, route: str, lock: Lock, acquired: bool) -> Outcome:
         if not acquired:
             context.counts.add("busy")
-            context.log.info("%s refused (409): %r is held", route, key)
+            context.log.info("%s refused (409): %r is held", route, lock.key)
             retry = context.settings.retry_after
-            return Outcome(refusal=context.problems.busy(key, route, retry), route=route)
+            return Outcome(refusal=context.problems.busy(lock.key, route, retry), route=route)
         return Outcome(lock=lock, route=route, context=context)
+
+
+async def in_loop(lock: Lock, native: Callable[[], Awaitable[T]], blocking: Callable[[], T]) -> T:
+    """Await ``native`` (one of ``lock``'s asyncio methods); on a store without an asyncio
+    API, run ``blocking`` in a worker thread instead (the thread waits; the loop does not)."""
+    if has_asyncio(lock.kit.backend):
+        return await native()
+    return await asyncio.to_thread(blocking)
