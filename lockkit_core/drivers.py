@@ -94,14 +94,25 @@ async def aacquire(
         nonlocal waiter
         if step is ATTEMPT:
             try:
-                return await ops.try_acquire(full_key, owner, lease.on_store(ttl))
+                grant = await ops.try_acquire(full_key, owner, lease.on_store(ttl))
             except asyncio.CancelledError:
-                # The store may have granted it before we stopped listening.
-                await _finish(agive_back(ops, full_key, owner))
+                # The store may have granted it (or queued us) before we stopped listening.
+                await _finish(_abandon(ops, full_key, owner))
                 raise
+            except BackendError:
+                if not _cancel_swallowed():
+                    raise
+                grant = Grant(False)
+            if _cancel_swallowed():
+                await _finish(_abandon(ops, full_key, owner))
+                raise asyncio.CancelledError
+            return grant
         if isinstance(step, Wait):
             assert waiter is not None
-            return await waiter.wait(step.seconds)
+            handed = await waiter.wait(step.seconds)
+            if _cancel_swallowed():
+                raise asyncio.CancelledError  # the waiter's close passes a hand-over on
+            return handed
         if step is REGISTER:
             waiter = await ops.waiter(full_key, owner, fair)
         else:
@@ -125,6 +136,19 @@ async def aacquire(
                     await _finish(agive_back(ops, full_key, owner))
                 raise
     return got
+
+
+def _cancel_swallowed() -> bool:
+    """True if this task was cancelled but the cancellation never reached us: a driver that
+    turns it into a connection error and retries (a redis.asyncio request cancelled on its
+    way), or catches it. Going on would take the lock for a caller that has left."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+async def _abandon(ops: AsyncOps, full_key: str, owner: str) -> None:
+    with refused_give_back(full_key):
+        await ops.abandon(full_key, owner)
 
 
 async def _finish(work: Awaitable[None]) -> None:

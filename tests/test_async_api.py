@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -18,7 +19,9 @@ from lockkit_core.errors import LockLost, LockNotOwned, LockTimeout, NotSupporte
 
 @pytest.fixture
 def kit(store_url: str) -> Iterator[LockKit]:
-    with LockKit(store_url, namespace="t", ttl=5.0, auto_renew=False) as kit:
+    with LockKit(
+        store_url, namespace=f"t-{uuid.uuid4().hex[:8]}", ttl=5.0, auto_renew=False
+    ) as kit:
         yield kit
 
 

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import random
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -22,7 +23,7 @@ STORM = 150
 
 @pytest.fixture
 def kit(store_url: str) -> Iterator[LockKit]:
-    with LockKit(store_url, namespace="c", ttl=10.0) as kit:
+    with LockKit(store_url, namespace=f"c-{uuid.uuid4().hex[:8]}", ttl=10.0) as kit:
         yield kit
 
 
@@ -75,7 +76,7 @@ def test_a_release_in_the_middle_of_a_storm_leaves_nothing(kit: LockKit) -> None
             nonlocal wins
             lock = kit.lock("mid", fair=True)
             try:
-                await asyncio.wait_for(lock.aacquire(), timeout=rng.uniform(0.001, 0.06))
+                await asyncio.wait_for(lock.aacquire(), timeout=rng.uniform(0.001, 0.3))
             except TimeoutError:
                 return
             wins += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -17,7 +18,7 @@ WAITERS = 50
 
 @pytest.fixture
 def kit(store_url: str) -> Iterator[LockKit]:
-    with LockKit(store_url, namespace="l", ttl=10.0) as kit:
+    with LockKit(store_url, namespace=f"l-{uuid.uuid4().hex[:8]}", ttl=10.0) as kit:
         yield kit
 
 

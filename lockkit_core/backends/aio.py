@@ -68,6 +68,11 @@ class AsyncOps(ABC):
         """As ``Backend.waiter``: register before the attempt that precedes the wait."""
         return AsyncSleepWaiter()
 
+    async def abandon(self, key: str, owner: str) -> None:
+        """Undo whatever an attempt by ``owner`` that was cancelled on its way may have done
+        on the store (taken the key; queued it, where attempts queue): by default, release."""
+        await self.release(key, owner)
+
 
 class LocalOps(AsyncOps):
     """For stores whose operations are local and microseconds long: run them inline.
