@@ -101,7 +101,17 @@ def run_locked(
     except BaseException:
         outcome.release()
         raise
-    return release_with(response, outcome.release) if outcome.lock else response
+    return _end_with(response, outcome)
+
+
+def _end_with(response: HttpResponseBase, outcome: Outcome) -> HttpResponseBase:
+    """Hand the release to whatever ends the response; a stream also gets its
+    ``STREAM_MAX_HOLD``."""
+    if outcome.lock is None:
+        return response
+    if response.streaming:
+        outcome.hold_stream()
+    return release_with(response, outcome.release)
 
 
 async def arun_locked(
@@ -126,7 +136,7 @@ async def arun_locked(
         raise
     if outcome.lock is not None and not response.streaming:
         await asyncio.to_thread(outcome.release)
-    return release_with(response, outcome.release) if outcome.lock else response
+    return _end_with(response, outcome)
 
 
 def _rule(key: str | KeyFunc, **options: Any) -> RequestRule:

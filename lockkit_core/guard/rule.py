@@ -18,11 +18,18 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from ..config import UNSET, check_lock_ttl
-from ..errors import BackendUnavailable, ConfigError, LockNotOwned
+from ..errors import BackendUnavailable, ConfigError, LockLost, LockNotOwned
 from ..kit import LockKit
 from ..lock import Lock
+from .credentials import Secret
 from .keys import KeyFunc, RequestKey, Source
-from .problems import LockStoreDown, Problem, RequestKeyMissing, RequestLocked
+from .problems import (
+    LockStoreDown,
+    Problem,
+    RequestKeyInvalid,
+    RequestKeyMissing,
+    RequestLocked,
+)
 from .settings import GuardSettings, check_request_wait
 
 __all__ = [
@@ -65,11 +72,14 @@ class Problems:
     busy: type[RequestLocked] = RequestLocked
     down: type[LockStoreDown] = LockStoreDown
     missing: type[RequestKeyMissing] = RequestKeyMissing
+    invalid: type[RequestKeyInvalid] = RequestKeyInvalid
 
 
 @dataclass
 class GuardContext:
-    """What one app (Flask) or one ``LOCKKIT`` value (Django) guards requests with."""
+    """What one app (Flask) or one ``LOCKKIT`` value (Django) guards requests with.
+    ``secret``: the key credentials in lock keys are hashed with (the framework's
+    ``SECRET_KEY``); without one, a template naming a credential is a ConfigError."""
 
     kit: LockKit
     settings: GuardSettings
@@ -77,6 +87,7 @@ class GuardContext:
     problems: Problems = field(default_factory=Problems)
     counts: Counts = field(default_factory=Counts)
     on_lost: list[LostHook] = field(default_factory=list)
+    secret: Secret | None = None
 
 
 @dataclass
@@ -88,15 +99,60 @@ class Outcome:
     refusal: Problem | None = None
     route: str = ""
     context: GuardContext | None = None
+    _once: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _timer: threading.Timer | None = field(default=None, repr=False)
+
+    def _take(self) -> Lock | None:
+        """The held lock, handed to exactly one caller: the stream's close and the
+        ``STREAM_MAX_HOLD`` timer may race."""
+        with self._once:
+            lock, self.lock = self.lock, None
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        return lock
+
+    def hold_stream(self) -> None:
+        """The response is a stream the client reads at its own pace: release the lock at
+        its close, or once ``STREAM_MAX_HOLD`` seconds have passed, whichever comes first;
+        the latter is logged, counted and told to the ``on_lost`` hooks (the rest of the
+        stream is sent unlocked)."""
+        context = self.context
+        limit = None if context is None else context.settings.stream_max_hold
+        if self.lock is None or limit is None:
+            return
+        timer = threading.Timer(limit, self._expire, args=(limit,))
+        timer.daemon = True
+        timer.name = f"lockkit-stream-max-hold {self.route}"
+        with self._once:
+            self._timer = timer
+        timer.start()
+
+    def _expire(self, limit: float) -> None:
+        with self._once:
+            self._timer = None  # this is the timer: nothing to cancel
+        lock, context = self._take(), self.context
+        if lock is None or context is None:
+            return
+        context.counts.add("stream_max_hold")
+        context.log.warning(
+            "%s: lock %r released before its streamed response ended: the client read for "
+            "longer than STREAM_MAX_HOLD (%s s); the rest of the stream is sent unlocked",
+            self.route, lock.key, limit,
+        )  # fmt: skip
+        self._release(lock, context)
+        self._tell(context, lock, LockLost(lock.key, f"held past STREAM_MAX_HOLD ({limit} s)"))
 
     def release(self) -> None:
         """Give the lock back, once. A lease lost while the request ran (force-released,
         expired) or a store down at release is logged with the key, counted and told to the
         ``on_lost`` hooks; it never replaces the response, whose work is already done."""
-        lock, context = self.lock, self.context
+        lock, context = self._take(), self.context
         if lock is None or context is None:
             return
-        self.lock = None
+        self._release(lock, context)
+
+    def _release(self, lock: Lock, context: GuardContext) -> None:
         try:
             lock.release()
         except LockNotOwned as exc:
@@ -187,15 +243,20 @@ class RequestRule:
         arguments. The outcome is held, refused (busy, store down, value missing) or, for a
         rule that fails open on a store that is down, not locked."""
         try:
+            limit, invalid = context.settings.max_key_bytes, context.problems.invalid
             if self.key.func is not None:
                 assert callable(values)
-                key = self.key.from_func(values(self.key.func), route)
+                key = self.key.from_func(values(self.key.func), route, limit, invalid)
             else:
                 assert not callable(values)
-                key = self.key.render(route, values, context.problems.missing)
-        except RequestKeyMissing as missing:
-            context.log.info("%s refused (400): %s", route, missing)
-            return Outcome(refusal=missing, route=route)
+                key = self.key.render(
+                    route, values, context.problems.missing, secret=context.secret,
+                    max_bytes=limit, invalid=invalid,
+                )  # fmt: skip
+        except (RequestKeyMissing, RequestKeyInvalid) as bad:
+            context.counts.add("bad_request")
+            context.log.info("%s refused (400): %s", route, bad)
+            return Outcome(refusal=bad, route=route)
         if self.scope == "route":
             key = f"{route}:{key}"
         wait = context.settings.wait if self.wait is UNSET else self.wait
