@@ -51,6 +51,7 @@ __all__ = [
     "lockkit_state",
     "parse_settings",
     "reset_state",
+    "secret_key",
 ]
 
 CORE_SETTINGS: Final = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
@@ -145,7 +146,7 @@ class LockKitState:
 
     def __post_init__(self) -> None:
         self.guard = GuardContext(
-            self.kit, self.settings.guard, log, on_lost=[_signal_lost], secret=_secret_key
+            self.kit, self.settings.guard, log, on_lost=[_signal_lost], secret=secret_key
         )
 
     @property
@@ -158,7 +159,7 @@ class LockKitState:
         self.guard.counts.add(event)
 
 
-def _secret_key() -> str | None:
+def secret_key() -> str | None:
     """Django's ``SECRET_KEY``, read when a credential is first hashed."""
     return getattr(settings, "SECRET_KEY", None)
 
