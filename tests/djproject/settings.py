@@ -108,4 +108,4 @@ CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "idempotency": _idempotency_cache(os.environ.get("DJPROJECT_CACHE", "")),
 }
-SILENCED_SYSTEM_CHECKS = ["lockkit.W001", "lockkit.W004"]
+SILENCED_SYSTEM_CHECKS = ["lockkit.W001", "lockkit.W004", "lockkit.W006"]
