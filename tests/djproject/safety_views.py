@@ -27,8 +27,12 @@ def search(request: HttpRequest) -> JsonResponse:
 
 @lock_view("export:{name}")
 def export(request: HttpRequest, name: str) -> StreamingHttpResponse:
+    """``?rows=N&pad=B``: N rows (3), each padded with B bytes (0), so that a client that
+    stops reading fills the socket buffers and holds the server's write."""
+    count, pad = int(request.GET.get("rows", "3")), int(request.GET.get("pad", "0"))
+
     def rows() -> Iterator[bytes]:
-        for i in range(3):
-            yield json.dumps({"row": i}).encode() + b"\n"
+        for i in range(count):
+            yield json.dumps({"row": i}).encode() + b" " * pad + b"\n"
 
     return StreamingHttpResponse(rows())

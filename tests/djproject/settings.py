@@ -78,6 +78,8 @@ TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 LOCKKIT = {
     "URL": os.environ.get("DJPROJECT_LOCKKIT_URL", "memory://djproject"),
+    # The slow-reader test runs a server of its own with a short one.
+    "STREAM_MAX_HOLD": float(os.environ.get("DJPROJECT_STREAM_MAX_HOLD", "60")),
     "MIDDLEWARE": {
         "RULES": [
             {
