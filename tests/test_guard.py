@@ -153,3 +153,21 @@ def test_key_and_stream_limits_parse_from_strings_and_none() -> None:
     assert (parsed.max_key_bytes, parsed.stream_max_hold) == (256, 2.5)
     assert GuardSettings.from_mapping({"STREAM_MAX_HOLD": None}).stream_max_hold is None
     assert (GuardSettings().max_key_bytes, GuardSettings().stream_max_hold) == (512, 60.0)
+
+
+def test_deadlines_run_in_order_on_one_thread_and_cancelled_ones_never() -> None:
+    import threading
+    import time
+
+    from lockkit_core.guard import deadlines
+
+    ran: list[tuple[str, str]] = []
+    done = threading.Event()
+    now = time.monotonic()
+    late = deadlines.at(now + 0.2, lambda: (ran.append(("late", threading.current_thread().name)),
+                                           done.set()))  # fmt: skip
+    deadlines.at(now + 0.1, lambda: ran.append(("early", threading.current_thread().name)))
+    deadlines.at(now + 0.05, lambda: ran.append(("cancelled", ""))).cancel()
+    assert done.wait(5)
+    assert ran == [("early", "lockkit-deadlines"), ("late", "lockkit-deadlines")]
+    late.cancel()  # harmless once run

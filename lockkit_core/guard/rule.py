@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from ..config import UNSET, check_lock_ttl
 from ..errors import BackendUnavailable, ConfigError, LockLost, LockNotOwned
 from ..kit import LockKit
 from ..lock import Lock
+from . import deadlines
 from .credentials import Secret
 from .keys import KeyFunc, RequestKey, Source
 from .problems import (
@@ -100,16 +102,16 @@ class Outcome:
     route: str = ""
     context: GuardContext | None = None
     _once: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _timer: threading.Timer | None = field(default=None, repr=False)
+    _deadline: deadlines.Deadline | None = field(default=None, repr=False)
 
     def _take(self) -> Lock | None:
         """The held lock, handed to exactly one caller: the stream's close and the
         ``STREAM_MAX_HOLD`` timer may race."""
         with self._once:
             lock, self.lock = self.lock, None
-            timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()
+            deadline, self._deadline = self._deadline, None
+        if deadline is not None:
+            deadline.cancel()
         return lock
 
     def hold_stream(self) -> None:
@@ -121,16 +123,14 @@ class Outcome:
         limit = None if context is None else context.settings.stream_max_hold
         if self.lock is None or limit is None:
             return
-        timer = threading.Timer(limit, self._expire, args=(limit,))
-        timer.daemon = True
-        timer.name = f"lockkit-stream-max-hold {self.route}"
+        deadline = deadlines.at(time.monotonic() + limit, lambda: self._expire(limit))
         with self._once:
-            self._timer = timer
-        timer.start()
+            if self.lock is None:  # closed meanwhile
+                deadline.cancel()
+                return
+            self._deadline = deadline
 
     def _expire(self, limit: float) -> None:
-        with self._once:
-            self._timer = None  # this is the timer: nothing to cancel
         lock, context = self._take(), self.context
         if lock is None or context is None:
             return
