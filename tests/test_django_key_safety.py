@@ -71,13 +71,15 @@ def test_max_key_bytes_follows_the_setting() -> None:
         assert client.post("/safe/search/?q=" + "é" * 8, {"f": "d"}).status_code == 400
 
 
-@pytest.mark.parametrize("where", ["query", "form"])
+@pytest.mark.parametrize("where", ["query", "form", "url"])
 def test_a_nul_in_a_request_value_is_a_400(where: str) -> None:
     client = Client(raise_request_exception=False)
     if where == "query":
         response = client.post("/safe/search/?q=a%00b", {"f": "x"})
-    else:
+    elif where == "form":
         response = client.post("/safe/search/?q=a", {"f": "a\x00b"})
+    else:
+        response = client.get("/safe/export/a%00b/")
     assert response.status_code == 400
     assert response["Content-Type"] == PROBLEM_JSON
     assert "NUL" in json.loads(response.content)["detail"]

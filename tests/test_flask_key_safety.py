@@ -98,13 +98,15 @@ def test_max_key_bytes_follows_the_setting(tmp_path: Path) -> None:
     assert app.test_client().post("/search?q=" + "é" * 8).status_code == 400
 
 
-@pytest.mark.parametrize("where", ["query", "form"])
+@pytest.mark.parametrize("where", ["query", "form", "url"])
 def test_a_nul_in_a_request_value_is_a_400(app: Flask, where: str) -> None:
     client = app.test_client()
     if where == "query":
         response = client.post("/search?q=a%00b", data={"f": "x"})
-    else:
+    elif where == "form":
         response = client.post("/search?q=a", data={"f": "a\x00b"})
+    else:
+        response = client.get("/export/a%00b")
     assert response.status_code == 400
     assert response.headers["Content-Type"] == "application/problem+json"
     assert response.json is not None and "NUL" in response.json["detail"]
