@@ -109,6 +109,13 @@ def test_credentials_render_as_a_keyed_hash_stable_per_secret() -> None:
     rule = RequestRule("me:{headers[Authorization]}:{session}:{headers[X-Desk]}",
                        sources=WEB_SOURCES)  # fmt: skip
     values = {"headers": {"Authorization": "Bearer t0k3n", "X-Desk": "north"}, "session": "s1d"}
+    named = RequestRule("{query[api_key]}:{form[password]}:{session[csrf_token]}:{session[cart]}",
+                        sources=WEB_SOURCES)  # fmt: skip
+    rendered = named.key.render("x", {"query": {"api_key": "k1"}, "form": {"password": "p1"},
+                                      "session": {"csrf_token": "c1", "cart": "cart7"}},
+                                secret=lambda: "one")  # fmt: skip
+    parts = rendered.split(":")
+    assert [len(p) for p in parts[:3]] == [32, 32, 32] and parts[3] == "cart7"
 
     one = rule.key.render("me", values, secret=lambda: "one")
     assert one == rule.key.render("me", values, secret=lambda: "one")  # every process alike

@@ -15,7 +15,7 @@ an RFC 9457 problem body), the log line and the count.
 Nothing here imports a web framework; Flask and Django supply the sources and the responses.
 """
 
-from .credentials import Secret, credential_digest, credential_header
+from .credentials import Secret, credential_digest, credential_item
 from .keys import WEB_SOURCES, KeyFunc, RequestKey, Source, UserValue
 from .problems import (
     PROBLEM_JSON,
@@ -64,5 +64,5 @@ __all__ = [
     "UserValue",
     "check_request_wait",
     "credential_digest",
-    "credential_header",
+    "credential_item",
 ]

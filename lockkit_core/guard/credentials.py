@@ -18,28 +18,38 @@ from typing import Final
 
 from ..errors import ConfigError
 
-__all__ = ["CREDENTIAL_HEADER", "Secret", "credential_digest", "credential_header", "whole"]
+__all__ = [
+    "CREDENTIAL_NAME",
+    "Secret",
+    "credential_digest",
+    "credential_item",
+    "session_credential",
+]
 
 #: Where a guard finds its secret: a framework's ``SECRET_KEY``, read when first needed.
 Secret = Callable[[], "str | bytes | None"]
 
-#: Header names that carry credentials (case-insensitive, searched in the name).
-CREDENTIAL_HEADER: Final = re.compile(
+#: Names of headers, fields and parameters that carry credentials (case-insensitive,
+#: searched in the name): ``Authorization``, ``Cookie``, ``X-Api-Key``, ``csrf_token``, ...
+CREDENTIAL_NAME: Final = re.compile(
     r"authorization|cookie|token|secret|passw|session|api[-_]?key|signature|credential",
     re.IGNORECASE,
 )
 _PURPOSE: Final = b"lockkit.guard.credential\x00"
 
 
-def credential_header(name: str) -> bool:
-    """Whether the header ``name`` carries a credential (``Authorization``, ``Cookie``,
-    ``X-Api-Key``, ``X-Auth-Token``, ...)."""
-    return bool(CREDENTIAL_HEADER.search(name))
+def credential_item(name: str) -> bool:
+    """Whether the item ``name`` (a header, query parameter, form field, JSON member)
+    carries a credential by its name (``Authorization``, ``Cookie``, ``X-Api-Key``,
+    ``X-Auth-Token``, ``password``, ...)."""
+    return bool(CREDENTIAL_NAME.search(name))
 
 
-def whole(name: str) -> bool:
-    """The source itself is the credential (``{session}``: the session key), not its items."""
-    return name == ""
+def session_credential(name: str) -> bool:
+    """``{session}`` itself (Django's session key; Flask's whole session) and a server-side
+    session's id (``{session.sid}``) are credentials, as are items named like one; other
+    stored values (``{session[cart]}``) are not."""
+    return name in ("", "sid") or credential_item(name)
 
 
 def credential_digest(value: str, secret: Secret) -> str:

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from ..errors import ConfigError
 from ..keys import check_key
-from .credentials import Secret, credential_digest, credential_header, whole
+from .credentials import Secret, credential_digest, credential_item, session_credential
 from .problems import RequestKeyInvalid, RequestKeyMissing
 
 __all__ = ["WEB_SOURCES", "KeyFunc", "RequestKey", "Source", "UserValue"]
@@ -59,12 +59,12 @@ def _item(root: str, field: str) -> str:
 
 #: The sources both web adapters offer, with the same names, words and credentials.
 WEB_SOURCES: Final = {
-    "query": Source("the query string", "the query parameter"),
-    "form": Source("the form", "the form field"),
-    "json": Source("the JSON body", "the JSON body member"),
-    "headers": Source("the headers", "the header", credential=credential_header),
+    "query": Source("the query string", "the query parameter", credential=credential_item),
+    "form": Source("the form", "the form field", credential=credential_item),
+    "json": Source("the JSON body", "the JSON body member", credential=credential_item),
+    "headers": Source("the headers", "the header", credential=credential_item),
     "user": Source("the signed-in user", "the signed-in user's"),
-    "session": Source("the session", "the session value", credential=whole),
+    "session": Source("the session", "the session value", credential=session_credential),
 }
 
 
