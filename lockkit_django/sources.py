@@ -14,9 +14,9 @@ group); the other roots are sources:
 ``json[name]``       a member of the JSON body                   400
 ===================  ==========================================  =========================
 
-``{session}`` (a bearer credential) and ``Authorization``-like headers (``Authorization``,
-``Cookie``, ``X-Api-Key``, ...) are rendered as a keyed hash under ``SECRET_KEY``, never as
-sent. A key may also be a callable ``key(request, **url_kwargs) -> str``. The same names mean the
+``{session}`` (a bearer credential) and any item named like a credential (``Authorization``,
+``Cookie``, ``X-Api-Key``, ``password``, ...) are rendered as a keyed hash under
+``SECRET_KEY``, never as sent (:mod:`lockkit_core.guard.credentials`). A key may also be a callable ``key(request, **url_kwargs) -> str``. The same names mean the
 same in Flask (:mod:`lockkit_flask.sources`).
 """
 

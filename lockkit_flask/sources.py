@@ -13,8 +13,9 @@ A bare field names a view argument (``{event_id}``); the other roots are sources
 ``g.name``         an attribute of ``flask.g``                   500, a bug in the app
 =================  ============================================  ============================
 
-Credentials (``{session}`` itself, ``Authorization``-like headers such as ``Authorization``,
-``Cookie``, ``X-Api-Key``) are rendered as a keyed hash under ``SECRET_KEY``, never as sent.
+Credentials (``{session}`` itself, ``{session.sid}``, and any item named like one:
+``Authorization``, ``Cookie``, ``X-Api-Key``, ``password``, ...) are rendered as a keyed hash
+under ``SECRET_KEY``, never as sent (:mod:`lockkit_core.guard.credentials`).
 
 ``args`` and ``current_user`` are the former names of ``query`` and ``user`` (deprecated).
 View arguments are checked against the view's signature when the route is decorated, so a
