@@ -16,8 +16,9 @@ group); the other roots are sources:
 
 ``{session}`` (a bearer credential) and any item named like a credential (``Authorization``,
 ``Cookie``, ``X-Api-Key``, ``password``, ...) are rendered as a keyed hash under
-``SECRET_KEY``, never as sent (:mod:`lockkit_core.guard.credentials`). A key may also be a callable ``key(request, **url_kwargs) -> str``. The same names mean the
-same in Flask (:mod:`lockkit_flask.sources`).
+``SECRET_KEY``, never as sent (:mod:`lockkit_core.guard.credentials`). A key may also be a
+callable ``key(request, **url_kwargs) -> str``. The same names mean the same in Flask
+(:mod:`lockkit_flask.sources`).
 """
 
 from __future__ import annotations
