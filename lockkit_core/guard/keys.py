@@ -81,6 +81,8 @@ class RequestKey:
         self.template = ""
         self.parts: list[tuple[str, str | None, str | None, str | None]] = []
         self.fields: tuple[str, ...] = ()
+        # Which fields are credentials depends on their names only: decided once, here.
+        self.secret_fields: frozenset[str] = frozenset()
         if callable(key):
             self.func = key
             return
@@ -96,6 +98,7 @@ class RequestKey:
         except ValueError as exc:
             raise ConfigError(f"lock key template {key!r} is malformed: {exc}") from exc
         roots = []
+        secret = set()
         for _, field, spec, _ in self.parts:
             if field is None:
                 continue
@@ -108,7 +111,11 @@ class RequestKey:
             if spec and "{" in spec:
                 raise ConfigError(f"lock key template {key!r} nests a field in a format spec")
             roots.append(root)
+            source = sources.get(root)
+            if source is not None and source.is_credential(root, field):
+                secret.add(field)
         self.fields = tuple(dict.fromkeys(roots))
+        self.secret_fields = frozenset(secret)
 
     def __repr__(self) -> str:
         return f"RequestKey({self.template or self.func!r})"
@@ -183,8 +190,7 @@ class RequestKey:
                 value, _ = _formatter.get_field(field, (), values)
                 value = _formatter.convert_field(value, conversion)
                 text = _formatter.format_field(value, spec or "")
-                source = self.sources.get(_root(field))
-                if source is not None and source.is_credential(_root(field), field):
+                if field in self.secret_fields:
                     # A credential never reaches the store, an operator or a log as sent.
                     text = credential_digest(text, secret or _no_secret)
                 out.append(text)
@@ -213,6 +219,9 @@ def _no_secret() -> None:
 def _checked(key: str, route: str, max_bytes: int | None, invalid: type[RequestKeyInvalid]) -> str:
     """``key`` if it is usable; else ``invalid``: the template was checked when the rule was
     made, so what is wrong came with the request."""
+    # The checks of check_key(), each answered as the client's fault.
+    if not key:
+        raise invalid(route, "is empty")
     if "\x00" in key:
         raise invalid(route, "holds a NUL character")
     try:
@@ -221,7 +230,7 @@ def _checked(key: str, route: str, max_bytes: int | None, invalid: type[RequestK
         raise invalid(route, "is not valid UTF-8 text") from None
     if max_bytes is not None and size > max_bytes:
         raise invalid(route, f"is {size} bytes long, more than the {max_bytes} bytes allowed")
-    return check_key(key)
+    return key
 
 
 class UserValue:
