@@ -99,6 +99,8 @@ class LockKit:
         enabled: Any = UNSET,
         wait: Any = UNSET,
         retry_after: Any = UNSET,
+        max_key_bytes: Any = UNSET,
+        stream_max_hold: Any = UNSET,
     ) -> None:
         self._core_overrides = {
             "url": url,
@@ -108,7 +110,13 @@ class LockKit:
             "timeout": timeout,
             "options": options,
         }
-        self._guard_overrides = {"ENABLED": enabled, "WAIT": wait, "RETRY_AFTER": retry_after}
+        self._guard_overrides = {
+            "ENABLED": enabled,
+            "WAIT": wait,
+            "RETRY_AFTER": retry_after,
+            "MAX_KEY_BYTES": max_key_bytes,
+            "STREAM_MAX_HOLD": stream_max_hold,
+        }
         if app is not None:
             self.init_app(app)
 

@@ -143,3 +143,11 @@ def test_a_stream_closed_in_time_keeps_its_lock_until_then(app: Flask) -> None:
     assert state_of(app).kit.admin.info("export:b") is not None
     response.close()
     assert state_of(app).kit.admin.info("export:b") is None
+
+
+def test_the_limits_may_be_given_to_the_constructor(tmp_path: Path) -> None:
+    app = Flask("given")
+    app.config.update(LOCKKIT_URL=f"file://{tmp_path}", LOCKKIT_MAX_KEY_BYTES=4096)
+    LockKit(app, max_key_bytes=64, stream_max_hold=None)
+    assert state_of(app).settings.max_key_bytes == 64  # the constructor first
+    assert state_of(app).settings.stream_max_hold is None
