@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -117,3 +118,27 @@ def test_a_stream_closed_in_time_keeps_its_lock_until_then() -> None:
         from lockkit_django.conf import lockkit_state
 
         assert lockkit_state().counts["stream_max_hold"] == 0
+
+
+@pytest.mark.parametrize("store", ["file", pytest.param("redis", marks=pytest.mark.redis)])
+def test_the_session_key_never_names_anything_in_the_store(
+    store: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    if store == "file":
+        url = f"file://{tmp_path}/locks"
+    else:
+        url = request.getfixturevalue("redis_server").url
+    client, session_id = with_session()
+    with override_settings(LOCKKIT={"URL": url, "NAMESPACE": f"s{time.monotonic_ns()}"}):
+        (key,) = client.post("/safe/cart/").json()["keys"]
+        assert client.post("/safe/cart/").json()["keys"] == [key]  # the same session, same key
+    # What the store keeps after the request: a file record (for ten seconds), a Redis fence
+    # counter (for a day), each named after the key.
+    if store == "file":
+        names = [p.name for p in (tmp_path / "locks").iterdir()]
+    else:
+        import redis
+
+        names = [k.decode() for k in redis.Redis.from_url(url).keys("*")]
+    assert names
+    assert not [n for n in names if session_id in n]
