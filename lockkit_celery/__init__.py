@@ -49,9 +49,9 @@ Skipped duplicates are logged (logger ``lockkit.celery``), counted
 from lockkit_core.dedupe import TaskKey, canonical_json
 
 from .beat import BeatLock
-from .duplicates import duplicate_counts, task_duplicate
 from .errors import TaskLocked
 from .settings import kit_for
+from .signals import duplicate_counts, task_duplicate
 from .stale import clear_stale_locks
 from .startup import check_app
 from .task import LockedTask, locked_task

@@ -9,9 +9,9 @@ A lock is cleared only when all of these hold, and each one cleared is logged wi
 
 * its holder (``"<hostname> pid <pid>"``, written when it was taken) is this host, and that pid
   is not a live process here (a pid reused since reads as alive: the lock is left to its lease);
-* it is ``run:<task id>`` with a lease no longer than the longest ``ttl`` of the app's locked
-  tasks (a longer one is a finished task id, remembered so that late copies are dropped), or
-  the ``<key>`` / ``<key>:id:<task id>`` of such a task id;
+* it is ``run:<task id>`` (held only while a copy runs, with a lease no longer than the
+  longest ``ttl`` of the app's locked tasks), or the ``<key>`` / ``<key>:id:<task id>`` of
+  such a task id (``finished:<task id>`` records are never cleared: they drop late copies);
 * its lease has more than a second left (so it cannot pass to a new holder while we look).
 
 ``<key>`` locks of tasks that are only queued are never cleared, whoever took them: the worker
@@ -145,7 +145,7 @@ def clear_on_start_enabled(app: Celery) -> bool:
 
 def _clear_on_worker_ready(sender: Any = None, **_: Any) -> None:
     app = getattr(sender, "app", None)
-    if app is None:
+    if app is None or SETTING not in app.conf:
         return
     try:
         if clear_on_start_enabled(app):

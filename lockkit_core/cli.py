@@ -40,10 +40,12 @@ __all__ = [
 
 @dataclass(frozen=True)
 class CliSettings:
-    """Where the admin verbs look: the store's URL and namespace (``ctx.obj``)."""
+    """Where the admin verbs look: the store's URL and namespace (``ctx.obj``), and
+    ``command``, the words that run this command group on the same store (for hints)."""
 
     url: str
     namespace: str | None
+    command: str = "lockkit"
 
 
 @contextmanager
@@ -176,10 +178,12 @@ def release_command(ctx: click.Context, key: str, force: bool, as_json: bool) ->
     may go on working for a while as if it still held it: only writes checked against the
     fencing token are safe from it.
     """
+    settings: CliSettings = ctx.ensure_object(CliSettings)
     if not force:
         raise click.ClickException(
             f"refusing to release {key!r} without --force: its holder is not told and may go "
-            f"on as if it still held the lock. Run 'lockkit release {key} --force' if you mean it."
+            f"on as if it still held the lock. Run '{settings.command} release {key} --force' "
+            "if you mean it."
         )
     with _open_kit(ctx) as kit:
         before = kit.admin.info(key)

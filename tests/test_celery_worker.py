@@ -278,3 +278,33 @@ def test_per_call_key_and_retry_policy_serialise_instead_of_dropping(
     runs, done = starts(base, "sms", 105), ends(base, "sms", 105)
     assert len(runs) == 2
     assert float(runs[1]["at"]) >= float(done[0]["at"])  # type: ignore[arg-type]
+
+
+def test_a_duplicate_skipped_by_the_worker_resolves_to_the_original_s_result(
+    base: str, app: object, worker: Worker
+) -> None:
+    celery_app = app.app  # type: ignore[attr-defined]
+    first = celery_app.send_task("sms", (104,), {"seconds": 1.5})
+    time.sleep(0.5)
+    second = celery_app.send_task("sms", (104,), {"seconds": 1.5})
+    assert first.get(timeout=30) == 104
+    assert second.get(timeout=20) == 104, "the duplicate's result is the original's"
+    assert second.state == "SUCCESS"
+    time.sleep(1.0)
+    assert len(starts(base, "sms", 104)) == 1
+
+
+def test_a_chord_with_a_duplicate_member_fires_once_with_every_value(
+    base: str, app: object, worker: Worker
+) -> None:
+    from celery import Celery, chord
+
+    # A producer that does not have the tasks (no lockkit base): the worker sees duplicates.
+    bare = Celery("bare_producer", broker=f"{base}/1", backend=f"{base}/2")
+    members = [bare.signature("sms", (107,), {"seconds": 1.0}) for _ in range(2)]
+    whole = chord(members, bare.signature("collect", kwargs={"tag": 107})).apply_async()
+    assert whole.get(timeout=30) == [107, 107]
+    time.sleep(2.0)
+    fired = [e for e in events(base, "collect") if e["order_id"] == 107]
+    assert len(fired) == 1, fired
+    assert len(starts(base, "sms", 107)) == 1

@@ -116,7 +116,7 @@ def test_bad_task_settings_are_system_check_errors_naming_the_option() -> None:
     with override_settings(LOCKKIT={"URL": "memory://", "TASKS": {"ONCEE": 5}}):
         errors = [m for m in run_checks() if m.id == "lockkit.E003"]
     assert len(errors) == 1 and "ONCEE" in errors[0].msg and "ONCE" in errors[0].msg
-    with override_settings(LOCKKIT={"URL": "memory://", "TASKS": {"ON_DUPLICATE": "retry"}}):
+    with override_settings(LOCKKIT={"URL": "memory://", "TASKS": {"ON_DUPLICATE": "drop"}}):
         errors = [m for m in run_checks() if m.id == "lockkit.E003"]
     assert len(errors) == 1 and "ON_DUPLICATE" in errors[0].msg
     assert "lockkit.E003" not in _check_ids({"URL": "memory://", "TASKS": {"ONCE": 60}})
@@ -133,7 +133,7 @@ def test_bad_decorator_options_are_config_errors_naming_the_option() -> None:
         ({"once": "soon"}, "once"),
         ({"ttl": 0}, "ttl"),
         ({"wait": -1}, "wait"),
-        ({"on_duplicate": "retry"}, "on_duplicate"),
+        ({"on_duplicate": "drop"}, "on_duplicate"),
         ({"enqueue_lock": "yes"}, "enqueue_lock"),
         ({"unique_on": ["order"]}, "order"),
         ({"key": "notify:{order}"}, "order"),
@@ -165,3 +165,51 @@ def test_a_store_that_cannot_pass_a_lease_on_is_refused_at_enqueue() -> None:
         pytest.raises(ConfigError, match=r"zookeeper://.*hand.*LOCKKIT\['URL'\]"),
     ):
         tasks.send_sms.enqueue(7)
+
+
+def _dummy_backend() -> dict[str, Any]:
+    from lockkit_django.tasks.compat import Task
+
+    package = Task.__module__.rpartition(".")[0]  # django.tasks or django_tasks
+    return {"default": {"BACKEND": f"{package}.backends.dummy.DummyBackend"}}
+
+
+def test_a_duplicate_on_the_dummy_backend_is_answered_with_the_first_result() -> None:
+    import threading
+
+    from djproject import tasks
+
+    order = _order()
+    with override_settings(TASKS=_dummy_backend(), LOCKKIT={"URL": "memory://dummy-dup"}):
+        first = tasks.send_sms.enqueue(order)
+        again = tasks.send_sms.enqueue(order)
+        assert again.id == first.id
+        assert "_lockkit" not in again.kwargs
+        # Another thread's DummyBackend has not got the result: it answers with its id.
+        elsewhere: list[Any] = []
+        thread = threading.Thread(target=lambda: elsewhere.append(tasks.send_sms.enqueue(order)))
+        thread.start()
+        thread.join()
+        assert [r.id for r in elsewhere] == [first.id]
+        assert len(tasks.send_sms.get_backend().results) == 1, "one task queued"
+
+
+def test_the_task_row_does_not_carry_a_token_that_releases_the_lock() -> None:
+    from djproject import tasks
+
+    from lockkit_core import LockNotOwned
+    from lockkit_django.conf import get_kit
+
+    order = _order()
+    with override_settings(TASKS=_dummy_backend(), LOCKKIT={"URL": "memory://dummy-owner"}):
+        tasks.send_sms.enqueue(order)
+        (stored,) = tasks.send_sms.get_backend().results  # what the backend keeps
+        key = tasks.send_sms.lockkit.keys((order,), {})
+        kit = get_kit()
+        hidden = stored.kwargs["_lockkit"]
+        values = [v for v in hidden.values() if isinstance(v, str)]
+        assert values, hidden
+        for value in values:
+            with pytest.raises((LockNotOwned, ConfigError)):
+                kit.lock(key, owner=value).release()
+        assert kit.admin.info(key) is not None, "the lock is still held"
