@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from celery_support import Worker, events, producer_main, wait_for
+from celery_support import Worker, bare_chord_main, events, producer_main, wait_for
 
 from lockkit_core.testing import RedisServer
 
@@ -295,14 +295,17 @@ def test_a_duplicate_skipped_by_the_worker_resolves_to_the_original_s_result(
 
 
 def test_a_chord_with_a_duplicate_member_fires_once_with_every_value(
-    base: str, app: object, worker: Worker
+    base: str, app: object, worker: Worker, tmp_path: Path
 ) -> None:
-    from celery import Celery, chord
-
     # A producer that does not have the tasks (no lockkit base): the worker sees duplicates.
-    bare = Celery("bare_producer", broker=f"{base}/1", backend=f"{base}/2")
-    members = [bare.signature("sms", (107,), {"seconds": 1.0}) for _ in range(2)]
-    whole = chord(members, bare.signature("collect", kwargs={"tag": 107})).apply_async()
+    out = tmp_path / "chord"
+    producer = multiprocessing.get_context("spawn").Process(
+        target=bare_chord_main, args=(base, str(out))
+    )
+    producer.start()
+    producer.join(60)
+    assert producer.exitcode == 0
+    whole = app.app.AsyncResult(out.read_text())  # type: ignore[attr-defined]
     assert whole.get(timeout=30) == [107, 107]
     time.sleep(2.0)
     fired = [e for e in events(base, "collect") if e["order_id"] == 107]
