@@ -15,7 +15,7 @@ from lockkit_core.config import UNSET
 from lockkit_core.dedupe import TaskKey, TaskOptions, check_option, decide
 
 from ..conf import lockkit_state
-from .compat import Task, TaskResult, task
+from .compat import GenericTask, Task, TaskResult, task
 from .enqueue import enqueue_locked
 from .worker import call_in_worker
 
@@ -40,7 +40,7 @@ class TaskLock:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LockedTask(Task[P, T], Generic[P, T]):
+class LockedTask(GenericTask[P, T], Generic[P, T]):
     """A ``django.tasks`` task whose calls are locked by key, when enqueued and while run.
 
     Made by :func:`locked_task`; ``.using(...)`` keeps the locks. ``enqueue()`` of a call
