@@ -30,8 +30,8 @@ duplicate is dropped (``Ignore``).
 
 On success the ``once`` markers and the finished record are written before the result is
 stored; when the task ends (``after_return``, after its result is stored) ``<key>`` and
-``run:<task id>`` are released. On retry ``<key>`` is handed off for the retried message
-(whose headers carry the owner token) and ``run:<task id>`` is released.
+the ``run`` record are released. On retry ``<key>`` is handed off for the retried message
+(whose headers carry the owner token) and the ``run`` record is released.
 """
 
 from __future__ import annotations

@@ -146,3 +146,16 @@ def test_a_worker_of_an_app_without_lockkit_is_not_touched(
     text = log.read_text(errors="replace")
     assert "celery_plain_app" in text
     assert "lockkit" not in text.lower(), text
+
+
+def test_a_task_argument_cannot_reach_another_call_s_dedupe_records() -> None:
+    app = _app("forge_test", lockkit_url="memory://forge")
+
+    @locked_task(app=app, name="forge_sms", key="sms:{order_id}", once=600, shared=False)
+    def forge_sms(order_id: object) -> None: ...
+
+    forged = forge_sms.delay("42:done")  # queued: its key is held until it runs
+    real = forge_sms.delay(42)
+    assert real.id != forged.id, "order 42 is queued, not skipped as done"
+    with pytest.raises(ConfigError, match="task-record:"):
+        forge_sms.apply_async(("x",), lockkit={"key": "task-record:run:abc"})

@@ -21,7 +21,7 @@ from django.test import override_settings
 from djtasks_fixtures import TaskProject
 
 from lockkit_core import ConfigError, LockKit
-from lockkit_core.dedupe import run_key
+from lockkit_core.dedupe import id_prefix, run_key
 
 THREADS = 8
 
@@ -86,13 +86,19 @@ def test_a_killed_worker_frees_its_locks_within_the_ttl_and_the_call_runs_again_
     _, _, (worker,) = task_project.wait_status("export", first, {"RUNNING"})
     while task_project.runs("export-start", order) < 1:
         time.sleep(0.02)
+    from djproject import tasks
+
+    key = tasks.export.lockkit.keys((order,), {})
     with LockKit(task_project.lock_url) as kit:
         assert kit.admin.info(run_key(first)) is not None, "the run lock is held while it runs"
+        assert kit.admin.list(id_prefix(key)), "its id record is held while it runs"
         task_project.workers.kill(worker)
         killed = time.monotonic()
         # The run lock and the call's key (and its id record) expire with the same ttl.
-        while kit.admin.info(run_key(first)) is not None or kit.admin.list(
-            "task:djproject.tasks.export:"
+        while (
+            kit.admin.info(run_key(first)) is not None
+            or kit.admin.info(key) is not None
+            or kit.admin.list(id_prefix(key))
         ):
             assert time.monotonic() - killed < 1.5 + 1.5, "the run lock or the key outlived its ttl"
             time.sleep(0.02)

@@ -21,12 +21,15 @@ from .claims import Claim, claim_key
 from .errors import TaskLocked
 from .options import DEFAULTS, ON_DUPLICATE, TaskOptions, check_names, check_option, decide
 from .records import (
+    RECORD_PREFIX,
     TaskRecords,
+    check_call_key,
     derived_owner,
     derived_task_id,
     done_key,
     finished_key,
     id_key,
+    id_prefix,
     run_key,
 )
 from .run_guard import RunGuard, start_run, try_lock
@@ -35,6 +38,7 @@ __all__ = [
     "DEFAULTS",
     "ON_DUPLICATE",
     "REASONS",
+    "RECORD_PREFIX",
     "Claim",
     "Duplicate",
     "RunGuard",
@@ -43,6 +47,7 @@ __all__ = [
     "TaskOptions",
     "TaskRecords",
     "canonical_json",
+    "check_call_key",
     "check_names",
     "check_option",
     "claim_key",
@@ -53,6 +58,7 @@ __all__ = [
     "duplicate_counts",
     "finished_key",
     "id_key",
+    "id_prefix",
     "run_key",
     "start_run",
     "try_lock",

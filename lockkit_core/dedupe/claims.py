@@ -8,7 +8,7 @@
 The adapter queues the task between :func:`claim_key` and, when the queue chose the task id
 itself, :meth:`Claim.name_task`; a queueing that fails calls :meth:`Claim.give_back`. The
 hand-over to the worker is the claim's ``owner`` token alone: the worker adopts ``<key>``
-with it, and the ``<key>:id:<task id>`` record with the owner derived from it.
+with it, and the the ``id`` record record with the owner derived from it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,14 @@ from dataclasses import dataclass
 
 from ..lock import new_owner_token
 from .answers import Duplicate
-from .records import TaskRecords, derived_owner, derived_task_id, done_key, id_key
+from .records import (
+    TaskRecords,
+    check_call_key,
+    derived_owner,
+    derived_task_id,
+    done_key,
+    id_key,
+)
 
 __all__ = ["Claim", "claim_key"]
 
@@ -68,6 +75,7 @@ def claim_key(
     ``derived=False`` is for queues that choose task ids themselves: the holder's id is known
     only once its :meth:`Claim.name_task` record is written, so a duplicate waits up to
     ``settle`` seconds for it to appear."""
+    check_call_key(key)
     if once and records.done(key):
         return Duplicate(task_name, key, "done", records.done_task_id(key))
     owner = owner or new_owner_token()

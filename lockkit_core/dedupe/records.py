@@ -3,19 +3,29 @@
 Every record is a lease in the kit's namespace, so it expires by itself and shows up in the
 admin listings (``lockkit list``, ``celery lockkit list``):
 
-========================  ======================================  ============================
-key                       held                                    by
-========================  ======================================  ============================
-``<key>``                 from enqueue until the task ends        the call, then the worker
-``<key>:id:<task id>``    with ``<key>``, when the task id is     the same (its owner derived
-                          not the one derived from its token      from ``<key>``'s owner)
-``run:<task id>``         while one copy of the task id runs      the worker, renewed every
-                                                                  ttl/3
-``finished:<task id>``    ``remember`` seconds after the task     nobody (a marker)
-                          id ended, whatever its outcome
-``<key>:done``            ``once`` seconds after a success        nobody (a marker)
-``<key>:done:<task id>``  the same, naming the task that did it   nobody (a marker)
-========================  ======================================  ============================
+==========================================  ==============================  ====================
+key                                         held                            by
+==========================================  ==============================  ====================
+``<key>``                                   from enqueue until the task     the call, then the
+                                            ends                            worker
+``task-record:id:<digest>:<task id>``       with ``<key>``, when the task   the same (its owner
+                                            id is not the one derived from  derived from
+                                            its token                       ``<key>``'s owner)
+``task-record:run:<task id>``               while one copy of the task id   the worker, renewed
+                                            runs                            every ttl/3
+``task-record:finished:<task id>``          ``remember`` seconds after the  nobody (a marker)
+                                            task id ended, whatever its
+                                            outcome
+``task-record:done:<digest>``               ``once`` seconds after a        nobody (a marker)
+                                            success
+``task-record:done:<digest>:<task id>``     the same, naming the task that  nobody (a marker)
+                                            did it
+==========================================  ==============================  ====================
+
+``<digest>`` is the SHA-256 of ``<key>`` (32 hex digits), and a call's key may not start with
+``task-record:`` (:func:`check_call_key`), so no key a task argument renders can reach
+another call's records (``order_id="42:done"`` is the key ``sms:42:done``, never the done
+marker of ``sms:42``), and the records of two keys never share a prefix.
 
 "Finished" is a record of its own, written before ``<key>`` and ``run:<task id>`` are freed,
 so a late copy of the task id (a broker redelivery) reads it whatever the leases say.
@@ -23,7 +33,7 @@ so a late copy of the task id (a broker redelivery) reads it whatever the leases
 The task id of a call that took ``<key>`` is derived from the key and its fencing token, so a
 duplicate finds it with one read and the common path writes nothing more. A caller-chosen
 id (``task_id=``, canvas, a queue that picks its own ids) is written as
-``<key>:id:<task id>``, found by listing the key's prefix (stores with ``LIST``).
+its ``id`` record, found by listing the key's record prefix (stores with ``LIST``).
 
 :class:`TaskRecords` reads and writes these through the store's own operations (one round
 trip each), not through ``kit.admin``, the operators' API.
@@ -41,14 +51,41 @@ from ..kit import LockKit
 from ..lock import new_owner_token
 
 __all__ = [
+    "RECORD_PREFIX",
     "TaskRecords",
+    "check_call_key",
     "derived_owner",
     "derived_task_id",
     "done_key",
     "finished_key",
     "id_key",
+    "id_prefix",
     "run_key",
 ]
+
+
+#: what every record's name starts with; a call's key may not
+RECORD_PREFIX = "task-record:"
+
+
+def check_call_key(key: str) -> str:
+    """Return ``key`` if a call may lock it: not one of the records' names."""
+    check_key(key)
+    if key.startswith(RECORD_PREFIX):
+        raise ConfigError(
+            f"task lock key {key!r} starts with {RECORD_PREFIX!r}, which is kept for the "
+            "records of task deduplication; change the key template"
+        )
+    return key
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def id_prefix(key: str) -> str:
+    """What the names of ``key``'s id records start with."""
+    return f"{RECORD_PREFIX}id:{_digest(key)}:"
 
 
 def derived_task_id(kit: LockKit, key: str, token: int | None) -> str | None:
@@ -71,22 +108,23 @@ def derived_owner(owner: str, task_id: str) -> str:
 
 def id_key(key: str, task_id: str) -> str:
     """The record naming a caller-chosen task id that holds ``key``."""
-    return f"{key}:id:{task_id}"
+    return id_prefix(key) + task_id
 
 
 def run_key(task_id: str) -> str:
     """Held while one copy of ``task_id`` runs."""
-    return f"run:{task_id}"
+    return f"{RECORD_PREFIX}run:{task_id}"
 
 
 def finished_key(task_id: str) -> str:
     """Kept ``remember`` seconds after ``task_id`` ended."""
-    return f"finished:{task_id}"
+    return f"{RECORD_PREFIX}finished:{task_id}"
 
 
 def done_key(key: str, task_id: str | None = None) -> str:
     """The ``once`` marker of ``key`` (and, with ``task_id``, the one naming the task)."""
-    return f"{key}:done" if task_id is None else f"{key}:done:{task_id}"
+    done = f"{RECORD_PREFIX}done:{_digest(key)}"
+    return done if task_id is None else f"{done}:{task_id}"
 
 
 class TaskRecords:
@@ -150,9 +188,10 @@ class TaskRecords:
         """The id of the task that holds ``key`` now and the seconds its lease has left
         ((None, None) if free, or if with ``derived=False`` no id record names it yet)."""
         if self.listable:
-            named = self._listed(f"{key}:id:")
+            prefix = id_prefix(key)
+            named = self._listed(prefix)
             if named is not None:
-                return named.key.rpartition(":id:")[2], named.ttl_remaining
+                return named.key.rpartition(prefix)[2], named.ttl_remaining
         if not derived:
             return None, None
         lease = self.lease(key)

@@ -2,20 +2,20 @@
 
 :func:`start_run` takes what a run needs, one store operation a step:
 
-1. take ``run:<task id>``, renewed while the task runs. A second copy of the same task id
-   finds it held: ``"finished"`` if ``finished:<task id>`` is there, else ``"running"``.
+1. take the ``run`` record, renewed while the task runs. A second copy of the same task id
+   finds it held: ``"finished"`` if the ``finished`` record is there, else ``"running"``.
 2. adopt ``<key>`` with the owner token the producer handed over (and, for a caller-chosen
-   task id, its ``<key>:id:<task id>`` record with the owner derived from it). That is the
+   task id, its the ``id`` record record with the owner derived from it). That is the
    whole happy path: nobody else could have held the key since the call was queued.
 3. otherwise (no owner: the call was not locked at enqueue, or its lease ran out in the
-   queue, or this task id already ran and freed it): ``finished:<task id>`` means
-   ``"finished"``; with ``once``, a ``<key>:done`` marker means ``"done"``; then take
+   queue, or this task id already ran and freed it): the ``finished`` record means
+   ``"finished"``; with ``once``, a ``done`` marker means ``"done"``; then take
    ``<key>`` afresh, or answer ``"busy"`` if another task id holds it.
 
 What the adapter does with a :class:`~lockkit_core.dedupe.answers.Duplicate` answer (drop,
 defer, mirror, raise) is its own translation of ``on_duplicate``. :meth:`RunGuard.succeeded`
 writes the ``once`` markers and the finished record before the result is stored;
-:meth:`RunGuard.ended` frees ``<key>`` and ``run:<task id>`` when the task is over;
+:meth:`RunGuard.ended` frees ``<key>`` and the ``run`` record when the task is over;
 :meth:`RunGuard.retried` hands ``<key>`` to the retried copy.
 """
 
@@ -30,6 +30,7 @@ from .answers import Duplicate
 from .options import TaskOptions
 from .records import (
     TaskRecords,
+    check_call_key,
     derived_owner,
     derived_task_id,
     done_key,
@@ -79,7 +80,7 @@ class RunGuard:
 
     def retried(self, lease: float) -> None:
         """Hand ``<key>`` off for ``lease`` seconds to the retried copy (same task id, which
-        adopts it) and free ``run:<task id>`` so that copy may run."""
+        adopts it) and free the ``run`` record so that copy may run."""
         try:
             for lock in self._key_locks():
                 lock.hand_off(lease)
@@ -91,7 +92,7 @@ class RunGuard:
 
     def ended(self) -> None:
         """The task is over (whatever its outcome): record it finished, then free ``<key>``
-        and, last, ``run:<task id>`` (a late copy that gets it then finds the record)."""
+        and, last, the ``run`` record (a late copy that gets it then finds the record)."""
         try:
             self._mark_finished()
         finally:
@@ -133,6 +134,7 @@ def start_run(
 
     Whatever it took is given back before it answers a :class:`Duplicate` or raises."""
     kit = records.kit
+    check_call_key(key)
     run = kit.lock(run_key(task_id), ttl=opts.ttl, auto_renew=True, reentrant=False)
     if not try_lock(run, opts.wait):
         reason = "finished" if records.finished(task_id) else "running"

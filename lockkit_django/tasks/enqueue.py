@@ -3,7 +3,7 @@
 ::
 
     web 1: send_sms.enqueue(order_id=7) -> takes <key> -> the backend stores result R
-                                        -> writes <key>:id:R
+                                        -> writes the id record of R
     web 2: send_sms.enqueue(order_id=7) -> <key> is held -> reads R -> get_result(R)
 
 The claim and the duplicate answer are the core's (:mod:`lockkit_core.dedupe`). What travels
@@ -13,7 +13,7 @@ the lock's owner token: the owner is an HMAC of the key and the nonce under ``SE
 The worker takes :data:`HIDDEN` out before the function runs, and results handed back here
 leave it out. A backend that fails to queue gives the key back. Unlike Celery, the backend
 chooses the result id, so a duplicate that comes while the first call is between its claim
-and its ``<key>:id:R`` record waits up to :data:`SETTLE` seconds for it.
+and its ``id`` record record waits up to :data:`SETTLE` seconds for it.
 
 A backend that cannot look results up from another process (django-tasks' ``DummyBackend``,
 ``ImmediateBackend``) answers a duplicate from its own results when it has the original, and
@@ -25,13 +25,16 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import hmac
+import logging
 import secrets
 import time
 from typing import Any, Final
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from lockkit_core.dedupe import Claim, Duplicate, TaskOptions, TaskRecords, claim_key
 
@@ -41,6 +44,8 @@ from .signals import report_duplicate
 
 __all__ = ["HIDDEN", "SETTLE", "enqueue_locked", "owner_of", "records", "without_hidden"]
 
+log = logging.getLogger("lockkit.django.tasks")
+
 #: The keyword argument that carries the lock's nonce from the enqueuing process to the worker.
 HIDDEN: Final = "_lockkit"
 #: Seconds a duplicate waits for the first call's result id (record, then result row).
@@ -49,10 +54,24 @@ SETTLE: Final = 5.0
 
 def owner_of(key: str, nonce: str) -> str:
     """The owner token of ``key`` for the call that carries ``nonce``: an HMAC under
-    ``SECRET_KEY``, computed alike where the call is enqueued and where it runs."""
-    secret = str(settings.SECRET_KEY).encode()
+    ``SECRET_KEY``, computed alike where the call is enqueued and where it runs. A project
+    without a ``SECRET_KEY`` (a script's ``settings.configure()``) gets an unkeyed hash, and
+    a warning: then the nonce in the task row is enough to release the lock."""
+    try:
+        secret = str(settings.SECRET_KEY).encode()
+    except ImproperlyConfigured:
+        _warn_no_secret()
+        secret = b""
     message = f"lockkit-task-owner|{key}|{nonce}".encode()
     return hmac.new(secret, message, hashlib.sha256).hexdigest()[:32]
+
+
+@functools.cache
+def _warn_no_secret() -> None:
+    log.warning(
+        "lockkit: settings.SECRET_KEY is empty, so the owner of a task's lock is derived "
+        "without a secret and anyone who reads the task table can release it; set SECRET_KEY"
+    )
 
 
 def records() -> TaskRecords:

@@ -4,7 +4,7 @@ The worker (``manage.py db_worker``, or any backend's) sends ``task_started`` wi
 result just before it calls the task; :func:`_on_started` keeps that result for the call,
 which then goes through :func:`lockkit_core.dedupe.start_run`: ``run:<result id>`` renewed
 while the function runs, ``<key>`` adopted with the owner derived from the nonce in
-:data:`HIDDEN` (and ``<key>:id:<result id>`` with the owner derived from that), the ``once``
+:data:`HIDDEN` (and the ``id`` record with the owner derived from that), the ``once``
 markers and the finished record written on success, the locks released when the function
 returns or raises.
 
