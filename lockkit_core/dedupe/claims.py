@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from ..backends.base import owner_hint
 from ..lock import new_owner_token
 from .answers import Duplicate
 from .records import (
@@ -44,8 +45,17 @@ class Claim:
 
     def name_task(self, task_id: str) -> None:
         """Record that ``task_id``, not the derived id, holds the key (the worker adopts the
-        record with the owner derived from :attr:`owner`)."""
-        self.records.take(id_key(self.key, task_id), derived_owner(self.owner, task_id), self.lease)
+        record with the owner derived from :attr:`owner`).
+
+        A queue may run the task before this (an immediate backend, a fast worker): the
+        record is given back if the key is no longer this claim's, so it never outlives the
+        call. The worker frees the key before the record, so whichever of the two writes last
+        sees the other's work."""
+        record, record_owner = id_key(self.key, task_id), derived_owner(self.owner, task_id)
+        self.records.take(record, record_owner, self.lease)
+        lease = self.records.lease(self.key)
+        if lease is None or lease.owner_hint != owner_hint(self.owner):
+            self.records.give_back(record, record_owner)
 
     def give_back(self, task_id: str | None = None) -> None:
         """The task was not queued: free the key (and ``task_id``'s record)."""

@@ -103,7 +103,9 @@ class RunGuard:
         self._release([*self._key_locks(), self.run])
 
     def _key_locks(self) -> list[Lock]:
-        return [lock for lock in (self.id_lock, self.key_lock) if lock is not None]
+        # The key before its id record: a producer that names the task late (Claim.name_task)
+        # either writes before the record is freed here, or finds the key freed.
+        return [lock for lock in (self.key_lock, self.id_lock) if lock is not None]
 
     def _release(self, locks: list[Lock]) -> None:
         self.key_lock = self.id_lock = None
