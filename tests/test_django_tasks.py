@@ -250,3 +250,21 @@ def test_the_frameworks_own_backends_dedupe_without_any_other_tasks_app() -> Non
     assert (now["status"], now["value"]) == ("SUCCESSFUL", 70)
     assert now["duplicate"] in ({"raised": now["first"]}, {"returned": now["first"]})
     assert now["runs"] == [7], "the once window keeps the second call from running"
+
+
+def test_a_task_run_before_its_enqueue_returns_leaves_no_record_behind() -> None:
+    from djproject import tasks
+
+    from lockkit_django.conf import get_kit
+    from lockkit_django.tasks.compat import Task
+
+    package = Task.__module__.rpartition(".")[0]
+    immediate = {"default": {"BACKEND": f"{package}.backends.immediate.ImmediateBackend"}}
+    order = _order()
+    with override_settings(TASKS=immediate, LOCKKIT={"URL": "memory://immediate-record"}):
+        result = tasks.send_sms.enqueue(order)  # runs here, before enqueue() returns
+        assert str(result.status).endswith("SUCCESSFUL")
+        key = tasks.send_sms.lockkit.keys((order,), {})
+        kit = get_kit()
+        assert kit.admin.info(key) is None
+        assert kit.admin.list(id_prefix(key)) == [], "the id record outlived the call"
