@@ -34,6 +34,7 @@ __all__ = [
     "TaskOptions",
     "check_settings",
     "kit_for",
+    "lockkit_settings",
     "records_for",
     "resolve",
     "store_config",
@@ -59,14 +60,22 @@ APP_SETTINGS: Final = (
 _CORE_KEYS: Final = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
 
 
+def lockkit_settings(app: Celery) -> list[tuple[str, str]]:
+    """``(name as given, name as lockkit reads it)`` of every ``app.conf`` key that looks like
+    lockkit's: ``CELERY_LOCKKIT_TTL`` (Django's namespace), ``LOCKKIT_TTL``, ``lockkit_ttl``."""
+    namespace = f"{getattr(app.conf, 'namespace', None) or 'CELERY'}_"
+    found = []
+    for name in map(str, app.conf):
+        plain = name.removeprefix(namespace).lower()
+        if plain.startswith("lockkit"):
+            found.append((name, plain))
+    return found
+
+
 def check_settings(app: Celery) -> None:
     """Raise :class:`ConfigError` for an ``app.conf`` key that looks like lockkit's but is not
     one (a typo would otherwise be ignored)."""
-    unknown = sorted(
-        str(name)
-        for name in app.conf
-        if str(name).lower().startswith("lockkit") and str(name) not in APP_SETTINGS
-    )
+    unknown = sorted(name for name, plain in lockkit_settings(app) if plain not in APP_SETTINGS)
     if unknown:
         raise ConfigError(
             f"unknown lockkit setting app.conf.{', app.conf.'.join(unknown)}; known: "

@@ -18,7 +18,13 @@ from celery.signals import worker_init
 from lockkit_core import ConfigError
 from lockkit_core.config import default_url
 
-from .settings import check_settings, resolve, store_config, visibility_timeout
+from .settings import (
+    check_settings,
+    lockkit_settings,
+    resolve,
+    store_config,
+    visibility_timeout,
+)
 from .task import LockedTask
 
 __all__ = ["check_app", "uses_lockkit"]
@@ -91,7 +97,7 @@ def check_app(app: Celery) -> list[str]:
 def uses_lockkit(app: Celery) -> bool:
     """True if ``app`` has a locked task or a ``lockkit`` setting: only such apps are checked
     and touched by the worker signals this package connects."""
-    if any(str(name).lower().startswith("lockkit") for name in app.conf):
+    if lockkit_settings(app):
         return True
     return any(isinstance(task, LockedTask) and task.app is app for task in app.tasks.values())
 
