@@ -65,9 +65,11 @@ def call_in_worker(
     started = _started_result(task.func)
     if started is None or not opts.enabled:
         return call(*args, **kwargs)
-    nonce = record.get("nonce") if isinstance(record, dict) else None
+    record = record if isinstance(record, dict) else {}
+    nonce = record.get("nonce")
     key = key_of(args, kwargs)
-    owner = owner_of(key, nonce) if isinstance(nonce, str) else None
+    # A row queued by an earlier version carries the owner token itself.
+    owner = owner_of(key, nonce) if isinstance(nonce, str) else record.get("owner")
     if opts.on_duplicate == "retry":
         opts = dataclasses.replace(opts, wait=max(opts.wait, opts.enqueue_ttl))
     got = start_run(records(), task.name, key, str(started.id), opts, owner, derived=False)
