@@ -57,6 +57,9 @@ APP_SETTINGS: Final = (
     *(f"lockkit_{name}" for name in DEFAULTS),
 )
 
+#: the ``lockkit_*`` attributes of ``LockedTask`` that are not options
+_TASK_ATTRIBUTES: Final = frozenset({"lockkit_key", "lockkit_unique_on", "lockkit_key_for"})
+
 _CORE_KEYS: Final = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
 
 
@@ -99,6 +102,13 @@ def resolve(task: Any, per_call: Mapping[str, Any] | None = None) -> TaskOptions
 
 def _resolve(task: Any, per_call: Mapping[str, Any] | None) -> TaskOptions:
     conf = task.app.conf
+    # A LockedTask subclass's class attributes: lockkit_tll = 5 would be ignored silently.
+    named = {n for klass in type(task).__mro__ for n in vars(klass) if n.startswith("lockkit_")}
+    check_names(
+        {n.removeprefix("lockkit_") for n in named - _TASK_ATTRIBUTES},
+        f"the attributes of task {task.name}",
+        spell="lockkit_{}",
+    )
     given: dict[str, Any] = {}
     if per_call:
         check_names({n for n in per_call if n != "key"}, f"apply_async(lockkit=...) of {task.name}")

@@ -159,3 +159,19 @@ def test_a_task_argument_cannot_reach_another_call_s_dedupe_records() -> None:
     assert real.id != forged.id, "order 42 is queued, not skipped as done"
     with pytest.raises(ConfigError, match="task-record:"):
         forge_sms.apply_async(("x",), lockkit={"key": "task-record:run:abc"})
+
+
+def test_a_misspelt_option_attribute_on_a_locked_task_class_is_an_error() -> None:
+    from lockkit_celery import LockedTask
+
+    app = _app("attr_test", lockkit_url="memory://attr")
+
+    class Typo(LockedTask):  # type: ignore[misc]
+        abstract = True
+        lockkit_tll = 5
+
+    @locked_task(app=app, name="attr_sms", base=Typo, shared=False)
+    def attr_sms(order_id: int) -> None: ...
+
+    with pytest.raises(ConfigError, match=r"lockkit_tll.*known.*lockkit_ttl"):
+        attr_sms.delay(1)
