@@ -73,7 +73,9 @@ def enqueue(
     ``"raise"`` or the call carries ``callbacks``, which the queued task would not run;
     with ``"retry"`` it is published without the lock, and the worker runs it after the
     original."""
-    claim = claim_key(records, task.name, key, opts.enqueue_ttl + delay, once=opts.once is not None)
+    lease = opts.enqueue_ttl + delay
+    # A caller-chosen id (task_id=, a canvas) is recorded with the claim, before the key.
+    claim = claim_key(records, task.name, key, lease, once=opts.once is not None, task_id=task_id)
     if isinstance(claim, Duplicate):
         if claim.reason == "enqueued" and opts.on_duplicate == "retry":
             return publish(task_id, {**headers, HEADER: {"key": key}})
@@ -83,7 +85,6 @@ def enqueue(
     try:
         if task_id is None:  # a store without fencing tokens: the id cannot be derived
             task_id = str(uuid.uuid4())
-        if task_id != claim.task_id:
             claim.name_task(task_id)
         return publish(task_id, {**headers, HEADER: {"key": key, "owner": claim.owner}})
     except BaseException:

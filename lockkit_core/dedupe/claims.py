@@ -78,24 +78,46 @@ def claim_key(
     derived: bool = True,
     settle: float = 0.0,
     owner: str | None = None,
+    task_id: str | None = None,
 ) -> Claim | Duplicate:
     """Take ``key`` for ``lease`` seconds under ``owner`` (a fresh token by default), or say
     which task has it.
 
     ``derived=False`` is for queues that choose task ids themselves: the holder's id is known
     only once its :meth:`Claim.name_task` record is written, so a duplicate waits up to
-    ``settle`` seconds for it to appear."""
+    ``settle`` seconds for it to appear. A caller-chosen ``task_id`` is recorded before the
+    key is taken, so whoever finds the key held finds its task."""
     check_call_key(key)
     if once and records.done(key):
         return Duplicate(task_name, key, "done", records.done_task_id(key))
     owner = owner or new_owner_token()
+    named = None if task_id is None else (id_key(key, task_id), derived_owner(owner, task_id))
+    if named is not None:
+        records.take(*named, lease)
+    got = _claim(records, task_name, key, lease, once, derived, settle, owner, task_id)
+    if isinstance(got, Duplicate) and named is not None:
+        records.give_back(*named)
+    return got
+
+
+def _claim(
+    records: TaskRecords,
+    task_name: str,
+    key: str,
+    lease: float,
+    once: bool,
+    derived: bool,
+    settle: float,
+    owner: str,
+    task_id: str | None,
+) -> Claim | Duplicate:
     deadline = time.monotonic() + settle
     attempt = 0
     while True:
         token = records.take(key, owner, lease)
         if token is not False:
             break
-        original, left = records.task_id(key, derived=derived)
+        original, left = records.task_id(key, derived=derived, besides=task_id)
         if original is not None:
             return Duplicate(task_name, key, "enqueued", original, countdown=left)
         # Released between the attempt and the read, or its holder is still queueing.

@@ -184,14 +184,19 @@ class TaskRecords:
         """The id of the task whose success the ``once`` marker of ``key`` records."""
         return self._listed_id(done_key(key) + ":")
 
-    def task_id(self, key: str, *, derived: bool = True) -> tuple[str | None, float | None]:
+    def task_id(
+        self, key: str, *, derived: bool = True, besides: str | None = None
+    ) -> tuple[str | None, float | None]:
         """The id of the task that holds ``key`` now and the seconds its lease has left
-        ((None, None) if free, or if with ``derived=False`` no id record names it yet)."""
+        ((None, None) if free, or if with ``derived=False`` no id record names it yet);
+        ``besides`` is the caller's own task id, whose record does not count."""
         if self.listable:
             prefix = id_prefix(key)
-            named = self._listed(prefix)
-            if named is not None:
-                return named.key.rpartition(prefix)[2], named.ttl_remaining
+            stored = self._stored(prefix)
+            for record in reversed(self.backend.list(stored)):
+                named = record.key[len(stored) :]
+                if named != besides:
+                    return named, record.ttl_remaining
         if not derived:
             return None, None
         lease = self.lease(key)

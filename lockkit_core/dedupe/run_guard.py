@@ -9,8 +9,8 @@
    whole happy path: nobody else could have held the key since the call was queued.
 3. otherwise (no owner: the call was not locked at enqueue, or its lease ran out in the
    queue, or this task id already ran and freed it): the ``finished`` record means
-   ``"finished"``; with ``once``, a ``done`` marker means ``"done"``; then take
-   ``<key>`` afresh, or answer ``"busy"`` if another task id holds it.
+   ``"finished"``; with ``once``, a ``done`` marker means ``"done"``; then write the
+   ``id`` record and take ``<key>`` afresh, or answer ``"busy"`` if another task id holds it.
 
 What the adapter does with a :class:`~lockkit_core.dedupe.answers.Duplicate` answer (drop,
 defer, mirror, raise) is its own translation of ``on_duplicate``. :meth:`RunGuard.succeeded`
@@ -22,10 +22,11 @@ writes the ``once`` markers and the finished record before the result is stored;
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from ..errors import LockError, LockNotOwned
-from ..lock import Lock
+from ..lock import Lock, new_owner_token
 from .answers import Duplicate
 from .options import TaskOptions
 from .records import (
@@ -164,25 +165,53 @@ def _adopt(records: TaskRecords, key: str, owner: str, ttl: float) -> Lock | Non
 
 def _take_key(guard: RunGuard, name: str, owner: str | None, derived: bool) -> Duplicate | None:
     records, key, task_id, opts = guard.records, guard.key, guard.task_id, guard.opts
-    kit = records.kit
     adopted = None if not owner else _adopt(records, key, owner, opts.ttl)
-    if adopted is None:
-        if records.finished(task_id):
-            return Duplicate(name, key, "finished", task_id, task_id)
-        if opts.once is not None and records.done(key):
-            return Duplicate(name, key, "done", records.done_task_id(key), task_id)
-        fresh = kit.lock(key, ttl=opts.ttl, auto_renew=True, reentrant=False)
-        if not try_lock(fresh, opts.wait):
-            original, left = records.task_id(key, derived=derived)
-            return Duplicate(name, key, "busy", original, task_id, left)
-        adopted = fresh
-    guard.key_lock = adopted
-    key_owner = adopted.owner
-    if derived_task_id(kit, key, adopted.token) != task_id and key_owner is not None:
-        # A caller-chosen task id: its record is held under the owner derived from the key's.
-        record, record_owner = id_key(key, task_id), derived_owner(key_owner, task_id)
+    if adopted is not None and owner is not None:
+        guard.key_lock = adopted
+        if derived_task_id(records.kit, key, adopted.token) != task_id:
+            guard.id_lock = _hold_record(records, key, task_id, owner, opts.ttl)
+        return None
+    if records.finished(task_id):
+        return Duplicate(name, key, "finished", task_id, task_id)
+    if opts.once is not None and records.done(key):
+        return Duplicate(name, key, "done", records.done_task_id(key), task_id)
+    fresh = new_owner_token()
+    # The id record before the key: whoever finds the key held finds the task that holds it
+    # (a duplicate answered with an id that no task has would wait on it forever).
+    record, record_owner = id_key(key, task_id), derived_owner(fresh, task_id)
+    records.take(record, record_owner, opts.ttl)
+    if _take_waiting(records, key, fresh, opts):
+        guard.key_lock = _adopt(records, key, fresh, opts.ttl)
         guard.id_lock = _adopt(records, record, record_owner, opts.ttl)
-        if guard.id_lock is None:
-            records.take(record, record_owner, opts.ttl)
-            guard.id_lock = _adopt(records, record, record_owner, opts.ttl)
-    return None
+        if guard.key_lock is not None:
+            return None
+    records.give_back(record, record_owner)
+    original, left = records.task_id(key, derived=derived)
+    return Duplicate(name, key, "busy", original, task_id, left)
+
+
+def _hold_record(
+    records: TaskRecords, key: str, task_id: str, owner: str, ttl: float
+) -> Lock | None:
+    """Adopt the id record of ``task_id`` (its owner derived from the key's ``owner``), or
+    take it if the producer names the task only after queueing it (django.tasks)."""
+    record, record_owner = id_key(key, task_id), derived_owner(owner, task_id)
+    lock = _adopt(records, record, record_owner, ttl)
+    if lock is None:
+        records.take(record, record_owner, ttl)
+        lock = _adopt(records, record, record_owner, ttl)
+    return lock
+
+
+def _take_waiting(records: TaskRecords, key: str, owner: str, opts: TaskOptions) -> bool:
+    """Take ``key`` for ``owner``, trying again up to ``opts.wait`` seconds (backing off from
+    5 ms to 50 ms: this path serves calls that were not locked at enqueue)."""
+    deadline = time.monotonic() + opts.wait
+    pause = 0.005
+    while records.take(key, owner, opts.ttl) is False:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.05)
+    return True
