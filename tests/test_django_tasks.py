@@ -252,8 +252,12 @@ def test_the_frameworks_own_backends_dedupe_without_any_other_tasks_app() -> Non
     assert now["runs"] == [7], "the once window keeps the second call from running"
 
 
-def test_a_task_run_before_its_enqueue_returns_leaves_no_record_behind() -> None:
+def test_a_task_run_before_its_enqueue_returns_leaves_no_record_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from djproject import tasks
+
+    monkeypatch.setenv("DJTASKS_DIR", str(tmp_path))  # the body runs here, and notes it
 
     from lockkit_django.conf import get_kit
     from lockkit_django.tasks.compat import Task
