@@ -200,3 +200,30 @@ def test_malformed_notices_neither_stop_the_listener_nor_wake_anyone_for_long(
     assert waiter.result is True and waiter.returned_at is not None
     took = waiter.returned_at - released
     assert took < 0.1, f"the hand-over reached the waiter after {took * 1e3:.1f} ms"
+
+
+def test_an_ask_again_notice_never_puts_a_waiter_off(
+    kits: tuple[LockKit, LockKit], raw: redis.Redis, namespace: str
+) -> None:
+    # '<id>|@<ms>' tells a queue's head, past which a lock was freed, to ask again in ms. A
+    # forged one may make it ask sooner (one more round trip), never later.
+    backend: Any = kits[1].backend
+    waiter = backend.waiter(f"{namespace}:k", "f" * 32, False)
+    try:
+        assert backend._listener.wait_ready(2.0)
+        time.sleep(0.05)  # subscribing wakes every waiter; the notice below must be what does
+        waiter.event.clear()
+        soon = time.monotonic() + 0.005
+        waiter.ask_at = soon
+        assert raw.publish(backend._listener.channel, f"{waiter.id}|@86400000") == 1
+        _wait_until(waiter.event.is_set)
+        assert waiter.ask_at == soon
+        waiter.event.clear()
+        waiter.ask_at = None
+        sent = time.monotonic()
+        assert raw.publish(backend._listener.channel, f"{waiter.id}|@86400000") == 1
+        _wait_until(waiter.event.is_set)
+        assert waiter.ask_at is not None and waiter.ask_at <= time.monotonic() + 0.01
+        assert waiter.ask_at >= sent
+    finally:
+        waiter.close(False)

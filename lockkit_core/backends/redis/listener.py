@@ -94,7 +94,8 @@ class Listener:
         * ``<owner id>|<token>``: the lock may have been handed to it. It asks the store,
           which answers with its lease and token if so; the token here is never used.
         * ``<owner id>|@<ms>``: the lock was freed past it; it asks again in ``ms``, at most
-          :data:`MAX_PAUSE` from now (the store sends a few ms).
+          :data:`MAX_PAUSE` from now (the store sends a few ms), and never later than it
+          meant to already.
 
         Anything else is dropped (and never raises: this runs on the listener's thread)."""
         owner, _, word = payload.partition("|")
@@ -107,7 +108,10 @@ class Listener:
             if waiter is None:
                 return
             if ask:
-                waiter.ask_at = time.monotonic() + min(int(number) / 1000.0, MAX_PAUSE)
+                # sooner, never later than it meant to ask: a notice cannot put it off
+                at = time.monotonic() + min(int(number) / 1000.0, MAX_PAUSE)
+                if waiter.ask_at is None or at < waiter.ask_at:
+                    waiter.ask_at = at
             else:
                 waiter.handed = True
             waiter.event.set()
