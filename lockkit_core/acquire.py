@@ -32,7 +32,7 @@ def acquire(
     full_key: str,
     key: str,
     owner: str,
-    ttl: float,
+    ttl: float | None,
     *,
     fair: bool,
     blocking: bool,
@@ -59,13 +59,13 @@ def acquire(
             waiter = backend.waiter(full_key, owner, fair)
         while True:
             sent = time.monotonic()
-            grant: Grant = backend.try_acquire(full_key, owner, ttl)
+            grant: Grant = backend.try_acquire(full_key, owner, lease.on_store(ttl))
             while True:
                 now = time.monotonic()
                 if grant.acquired:
                     if grant.since is not None:
                         sent = grant.since
-                        if now - sent > ttl / 10:
+                        if ttl is not None and now - sent > ttl / 10:
                             # Handed over long after we queued: confirm, so the lease
                             # is measured from a recent request, not from the queueing.
                             break
@@ -73,6 +73,7 @@ def acquire(
                     if now < valid_until:
                         acquired = True
                         return Acquired(grant.token, valid_until)
+                    assert ttl is not None  # a grant without a lease never arrives dead
                     give_back(backend, full_key, owner)
                     dead_on_arrival += 1
                     slowest = max(slowest, now - sent)
@@ -101,7 +102,7 @@ def acquire(
     finally:
         if waiter is not None:
             waiter.close(acquired, reachable=reachable)
-    if dead_on_arrival:
+    if dead_on_arrival and ttl is not None:
         raise dead_on_arrival_error(key, ttl, slowest, dead_on_arrival)
     return None
 

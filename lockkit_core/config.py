@@ -1,4 +1,17 @@
-"""``LockKitConfig.from_mapping()``: the one settings parser every framework shares."""
+"""``LockKitConfig.from_mapping()``: the one settings parser every framework shares.
+
+Precedence, the same everywhere: an explicit argument (``LockKit(url=..., options=...)``, the
+keyword overrides of :meth:`LockKitConfig.from_mapping`) replaces the same setting of the
+mapping, which replaces the default; "not given" is the :data:`UNSET` sentinel, never a falsy
+value. ``OPTIONS`` is one setting: an explicit ``options=`` replaces it whole.
+
+Inside the backend, each option has one value, wherever it is written: in the URL (its query
+string, or the part that carries it: ``user:password@``, redis's ``/db``) or in ``OPTIONS``.
+The same value in two places is accepted; two different values are a :class:`ConfigError`
+naming both places (``Backend.parse_options`` in :mod:`lockkit_core.backends.base`),
+because silently preferring either would put two processes that read different halves of the
+configuration on two different stores.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +29,7 @@ __all__ = [
     "DEFAULT_TTL",
     "UNSET",
     "LockKitConfig",
+    "check_lock_ttl",
     "check_seconds",
     "check_timeout",
     "check_ttl",
@@ -72,6 +86,11 @@ def check_seconds(name: str, value: object, *, allow_none: bool) -> float | None
 
 def check_ttl(value: object, name: str = "ttl") -> float:
     """Validate a lease length: a finite number of seconds, at least :data:`~.lease.MIN_TTL`."""
+    if value is None:
+        raise ConfigError(
+            f"{name} must be a positive number of seconds, got None; a kit's default ttl is a "
+            "lease, and a lock without one is asked for per lock: kit.lock(key, ttl=None)"
+        )
     seconds = check_seconds(name, value, allow_none=False)
     assert seconds is not None
     if seconds < MIN_TTL:
@@ -80,6 +99,11 @@ def check_ttl(value: object, name: str = "ttl") -> float:
             "(1% + 2 ms) would leave no time in which a grant is valid"
         )
     return seconds
+
+
+def check_lock_ttl(value: object, name: str = "ttl") -> float | None:
+    """Validate one lock's ttl: a lease (see :func:`check_ttl`), or None for no lease."""
+    return None if value is None else check_ttl(value, name)
 
 
 def check_timeout(value: object, name: str = "timeout") -> float | None:

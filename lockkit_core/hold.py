@@ -97,7 +97,9 @@ class Hold:
                 raise LockLost(self.key, lost_message(self.key, self))
             return False
         if self.backend.extend(self.full_key, self.owner, ttl):
-            self.deadline = max(self.deadline, sent + lease.validity(ttl))
+            valid_until = sent + lease.validity(ttl)
+            # A lease given to a hold that had none replaces its endless deadline.
+            self.deadline = valid_until if self.ttl is None else max(self.deadline, valid_until)
             self.ttl = ttl
             return True
         self.mark_lost("the store no longer had it under our owner token when extending")

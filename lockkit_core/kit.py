@@ -12,7 +12,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from .admin import Admin
 from .backends.base import Backend, Capability
-from .config import UNSET, LockKitConfig, check_timeout, check_ttl
+from .config import UNSET, LockKitConfig, check_lock_ttl, check_timeout
 from .errors import ConfigError, LockNotOwned, NotSupported
 from .hold import Hold
 from .keys import KeyTemplate, check_key
@@ -143,7 +143,14 @@ class LockKit:
         owner: str | None,
     ) -> dict[str, Any]:
         cfg = self.config
-        real_ttl = cfg.ttl if ttl is UNSET else check_ttl(ttl)
+        real_ttl = cfg.ttl if ttl is UNSET else check_lock_ttl(ttl)
+        if real_ttl is None and Capability.NO_LEASE not in self.backend.capabilities:
+            raise NotSupported(
+                f"the {self.backend.url.scheme}:// backend cannot hold a lock without a lease "
+                "(ttl=None): it frees a lock only when its lease runs out, so a holder that "
+                "crashed would keep it for ever. Give a ttl (auto_renew keeps it held), or "
+                "use memory:// or file://, which free a lock when its holder process ends"
+            )
         real_timeout = cfg.timeout if timeout is UNSET else check_timeout(timeout)
         renew = cfg.auto_renew if auto_renew is UNSET else auto_renew
         if not isinstance(renew, bool):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 __all__ = [
     "MAX_DEAD_ON_ARRIVAL",
     "MIN_TTL",
     "next_wait",
+    "on_store",
     "renew_interval",
     "retry_interval",
     "validity",
@@ -27,8 +30,17 @@ DEFAULT_WAIT = 0.25
 MIN_WAIT = 0.001
 
 
-def validity(ttl: float) -> float:
-    """How long after *sending* the request we may trust a lease of ``ttl`` seconds."""
+def on_store(ttl: float | None) -> float:
+    """The ttl a backend is given: ``math.inf`` for a lock without a lease (``ttl=None``),
+    which only backends declaring ``Capability.NO_LEASE`` ever receive."""
+    return math.inf if ttl is None else ttl
+
+
+def validity(ttl: float | None) -> float:
+    """How long after *sending* the request we may trust a lease of ``ttl`` seconds; for ever
+    (``math.inf``) with no lease (``ttl=None``)."""
+    if ttl is None:
+        return math.inf
     return ttl - (ttl * DRIFT_FACTOR + DRIFT_FLOOR)
 
 

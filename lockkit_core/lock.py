@@ -25,6 +25,7 @@ from .config import UNSET, check_timeout, check_ttl
 from .errors import ConfigError, LockLost, LockNotOwned, LockTimeout, NotSupported
 from .hold import Hold, inherited_message, lost_message
 from .keys import namespaced
+from .watchdog import watch
 
 if TYPE_CHECKING:
     from .kit import LockKit
@@ -63,7 +64,7 @@ class Lock:
         kit: LockKit,
         key: str,
         *,
-        ttl: float,
+        ttl: float | None,
         timeout: float | None,
         auto_renew: bool,
         reentrant: bool,
@@ -224,7 +225,7 @@ class Lock:
 
     def _adopt(self, owner: str) -> Hold:
         sent = time.monotonic()
-        grant = self.kit.backend.adopt(self.full_key, owner, self.ttl)
+        grant = self.kit.backend.adopt(self.full_key, owner, lease.on_store(self.ttl))
         if not grant.acquired:
             raise LockNotOwned(
                 self.key,
@@ -234,7 +235,7 @@ class Lock:
             )
         now = time.monotonic()
         valid_until = sent + lease.validity(self.ttl)
-        if now >= valid_until:
+        if self.ttl is not None and now >= valid_until:
             raise dead_on_arrival_error(self.key, self.ttl, now - sent, 1)
         return self.kit._register(self, owner, grant.token, valid_until)
 
@@ -285,14 +286,15 @@ class Lock:
     def hand_off(self, ttl: float | None = None) -> str:
         """Stop holding the lock here without freeing it, and return its owner token.
 
-        The lease is extended to ``ttl`` seconds (default: the lock's ttl) and no longer
+        The lease is extended to ``ttl`` seconds (default: the lock's ttl; a lock without a
+        lease must be given one, since its adopter may never come) and no longer
         renewed by this process, so whoever gets the token (``kit.lock(key, owner=token)``,
         e.g. the worker that runs a queued task) can adopt it before it runs out. Raises
         :class:`LockLost` if the lease is already gone, :class:`LockNotOwned` if this
         handle does not hold the lock or holds it re-entered, :class:`NotSupported` on a
         store whose leases end with the process that took them (ZooKeeper sessions).
         """
-        new_ttl = self.ttl if ttl is None else check_ttl(ttl)
+        new_ttl = self._new_ttl(ttl, "hand_off")
         backend = self.kit.backend
         if Capability.HAND_OFF not in backend.capabilities:
             raise NotSupported(
@@ -323,8 +325,12 @@ class Lock:
         return hold.owner
 
     def extend(self, ttl: float | None = None) -> None:
-        """Reset the lease to ``ttl`` seconds (default: the lock's ttl) from now."""
-        new_ttl = self.ttl if ttl is None else check_ttl(ttl)
+        """Reset the lease to ``ttl`` seconds (default: the lock's ttl) from now.
+
+        A lock taken without a lease (``ttl=None``) gets one: from then on it runs out like
+        any other unless extended again, and ``auto_renew`` renews it.
+        """
+        new_ttl = self._new_ttl(ttl, "extend")
         hold = self._view()
         if hold is None:
             if self._given_owner is None:
@@ -332,7 +338,21 @@ class Lock:
             self.kit._extend_foreign(self.key, self.full_key, self._given_owner, new_ttl)
             return
         self.check()
+        unleased = hold.ttl is None
         hold.extend(new_ttl, raise_on_loss=True)
+        if unleased:
+            watch(hold)  # a lease now: the watchdog renews it or reports its end
+
+    def _new_ttl(self, ttl: float | None, verb: str) -> float:
+        """The lease ``extend``/``hand_off`` sets: ``ttl``, else the lock's own."""
+        if ttl is not None:
+            return check_ttl(ttl)
+        if self.ttl is None:
+            raise ConfigError(
+                f"{verb}() of {self.key!r} needs a ttl: the lock was taken without a lease "
+                f"(ttl=None), so it has none to renew; pass {verb}(ttl=seconds)"
+            )
+        return self.ttl
 
     def __enter__(self) -> Lock:
         if not self.acquire():

@@ -8,7 +8,20 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .errors import ConfigError
 
-__all__ = ["LockURL", "parse_url"]
+__all__ = ["LockURL", "is_secret", "parse_url"]
+
+#: option names whose values are credentials: never shown
+_SECRET_WORDS = ("password", "passwd", "secret", "token", "auth", "key", "credential")
+
+
+def is_secret(name: str) -> bool:
+    """True if an option called ``name`` holds a credential (``password``, ``ssl_keyfile``
+    is a path and is shown: only names that say secret, password, token or auth)."""
+    lowered = name.lower()
+    return any(word in lowered for word in _SECRET_WORDS) and not lowered.endswith(
+        ("file", "_path", "_reqs", "mechanism")
+    )
+
 
 _SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*)://", re.IGNORECASE)
 

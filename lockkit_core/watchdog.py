@@ -45,7 +45,10 @@ class Watchdog:
         self._wake_at = 0.0  # when the sleeping thread wakes by itself; 0 while it is busy
 
     def watch(self, hold: Hold) -> None:
-        """Start renewing ``hold`` (auto_renew), or watching its deadline (on_lost only)."""
+        """Start renewing ``hold`` (auto_renew), or watching its deadline (on_lost only).
+        A hold without a lease (``ttl=None``) has neither: it is not watched."""
+        if hold.ttl is None:
+            return
         if hold.auto_renew:
             self.schedule(hold, time.monotonic() + lease.renew_interval(hold.ttl))
         elif _has_on_lost(hold):
@@ -119,8 +122,10 @@ class Watchdog:
             self._renew(hold)
 
     def _renew(self, hold: Hold) -> None:
+        ttl = hold.ttl
+        assert ttl is not None  # holds without a lease are never watched
         try:
-            renewed = hold.extend(hold.ttl, raise_on_loss=False)
+            renewed = hold.extend(ttl, raise_on_loss=False)
         except BackendError as exc:
             if not hold.active:
                 return
@@ -129,10 +134,10 @@ class Watchdog:
                 hold.mark_lost(f"renewal failed until the lease ran out ({exc})")
                 return
             log.warning("renewing %s failed, retrying: %s", hold.full_key, exc)
-            self.schedule(hold, min(now + lease.retry_interval(hold.ttl), hold.deadline))
+            self.schedule(hold, min(now + lease.retry_interval(ttl), hold.deadline))
             return
         if renewed and hold.active:
-            self.schedule(hold, time.monotonic() + lease.renew_interval(hold.ttl))
+            self.schedule(hold, time.monotonic() + lease.renew_interval(ttl))
 
 
 def _has_on_lost(hold: Hold) -> bool:
@@ -146,7 +151,7 @@ def _drop_leaked(hold: Hold, why: str) -> None:
     if hold.auto_renew:
         warnings.warn(
             f"lockkit: lock {hold.key!r} ({hold.full_key}) leaked: {why}. It is no longer "
-            f"renewed and frees itself within its ttl ({hold.ttl:g} s). Release what you "
+            f"renewed and frees itself within its ttl ({hold.ttl or 0:g} s). Release what you "
             "acquire, e.g. with 'with kit.lock(...):'",
             ResourceWarning,
             stacklevel=1,

@@ -183,13 +183,22 @@ def test_bad_setting_values(mapping: dict[str, Any], fragment: str) -> None:
 # -- durations ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ttl", [-1, 0, 0.0, math.nan, math.inf, "30", True, None])
+@pytest.mark.parametrize("ttl", [-1, 0, 0.0, math.nan, math.inf, "30", True])
 def test_ttl_must_be_a_positive_number(kit: LockKit, ttl: Any) -> None:
     with pytest.raises(ConfigError) as caught:
         kit.lock("k", ttl=ttl)
     assert "ttl must be a positive number of seconds" in str(caught.value)
     with pytest.raises(ConfigError, match="ttl must be a positive number of seconds"):
         LockKit("memory://", ttl=ttl)
+
+
+def test_ttl_none_is_a_lock_without_a_lease_not_a_kit_default(kit: LockKit) -> None:
+    # Per lock, None asks for no lease (DESIGN's kit.lock(key, ttl=None)); the kit's
+    # default stays a number, so that no store refuses every lock of a kit.
+    with kit.lock("k", ttl=None) as held:
+        assert held.ttl is None
+    with pytest.raises(ConfigError, match=r"kit\.lock\(key, ttl=None\)"):
+        LockKit("memory://", ttl=None)
 
 
 @pytest.mark.parametrize("timeout", [-0.5, math.nan, math.inf, "5", True])

@@ -243,6 +243,7 @@ def test_backends_json() -> None:
         "cross_process",
         "list",
         "hand_off",
+        "no_lease",
     ]
     assert data["redis"]["grade"] == "single-node"
     assert data["zookeeper"]["grade"] == "consensus"

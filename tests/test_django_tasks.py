@@ -6,9 +6,13 @@ tests count how often it ran.
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -165,3 +169,25 @@ def test_a_store_that_cannot_pass_a_lease_on_is_refused_at_enqueue() -> None:
         pytest.raises(ConfigError, match=r"zookeeper://.*hand.*LOCKKIT\['URL'\]"),
     ):
         tasks.send_sms.enqueue(7)
+
+
+def test_the_frameworks_own_dummy_backend_dedupes_without_any_other_tasks_app() -> None:
+    """As a user on Django 6's built-in tasks (or the backport) without django-tasks-db has it:
+    the import works and two enqueues of one call name one result id."""
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("djtasks_dummy.py"))],
+        env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not seen["patched_by_tasks_db"], "django-tasks-db must not be imported here"
+    first = seen["first"]
+    assert seen["duplicate"] in ({"raised": first}, {"returned": first})
+    assert seen["first_kwargs"] == {}, "the lock's hidden argument is not handed back"
+    assert seen["other"] != first
+    assert len(set(seen["plain"])) == 2, "a plain @task queues every call"
+    assert seen["stored"] == [first, seen["other"], *seen["plain"]]

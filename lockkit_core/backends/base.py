@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import math
 import random
 import time
 from abc import ABC, abstractmethod
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..errors import ConfigError, NotSupported
-from ..url import LockURL
+from ..url import LockURL, is_secret
 
 __all__ = [
     "Backend",
@@ -50,6 +51,10 @@ class Capability(enum.Flag):
     HAND_OFF = enum.auto()
     #: read-write locks and counting semaphores (``kit.rwlock()``, ``kit.semaphore()``)
     SHARED = enum.auto()
+    #: ``kit.lock(key, ttl=None)``: held with no lease until released, because the store
+    #: itself frees a lock whose holder process has ended (memory, file). A store that only
+    #: frees by expiry would keep a crashed holder's lock for ever, so it refuses ``ttl=None``.
+    NO_LEASE = enum.auto()
 
 
 def capability_names(flags: Capability) -> list[str]:
@@ -176,19 +181,48 @@ class Backend(ABC):
         self.options = self.parse_options(url, options)
 
     @classmethod
+    def url_options(cls, url: LockURL) -> dict[str, Any]:
+        """Options the URL carries outside its query string: the user and password of its
+        ``user:password@`` part, for a backend that takes them. A backend whose URL path means
+        an option (redis's ``/db``) adds it."""
+        found: dict[str, Any] = {}
+        if url.username is not None and "username" in cls.option_types:
+            found["username"] = url.username
+        if url.password is not None and "password" in cls.option_types:
+            found["password"] = url.password
+        return found
+
+    @classmethod
     def parse_options(cls, url: LockURL, options: Mapping[str, Any]) -> dict[str, Any]:
-        """Merge URL query options with ``options`` (which win) and type-check them."""
-        merged: dict[str, Any] = {**url.query, **options}
+        """Gather the options of the URL (its parts, then its query) and ``options``, and
+        type-check them. Each option has one value: given in two places alike it is taken,
+        given two different values it is a :class:`ConfigError` naming both, never a pick."""
         parsed: dict[str, Any] = {}
-        for name, value in merged.items():
-            kind = cls.option_types.get(name)
-            if kind is None:
-                known = ", ".join(sorted(cls.option_types)) or "(none)"
-                raise ConfigError(
-                    f"unknown option {name!r} for the {url.scheme}:// backend; "
-                    f"known options: {known}"
-                )
-            parsed[name] = _coerce(name, value, kind)
+        given: dict[str, tuple[str, Any]] = {}  # name -> (where, raw value)
+        places = (
+            ("the URL", cls.url_options(url)),
+            ("the URL query", url.query),
+            ("OPTIONS", options),
+        )
+        for where, values in places:
+            for name, raw in values.items():
+                kind = cls.option_types.get(name)
+                if kind is None:
+                    known = ", ".join(sorted(cls.option_types)) or "(none)"
+                    raise ConfigError(
+                        f"unknown option {name!r} for the {url.scheme}:// backend; "
+                        f"known options: {known}"
+                    )
+                value = _coerce(name, raw, kind)
+                if name in parsed and parsed[name] != value:
+                    first, first_raw = given[name]
+                    raise ConfigError(
+                        f"option {name!r} is {_shown(name, first_raw)} in {first} but "
+                        f"{_shown(name, raw)} in {where} for {url.redacted()}: give it in one "
+                        "place (or the same value in both)"
+                    )
+                parsed[name] = value
+                given.setdefault(name, (where, raw))
         return parsed
 
     # -- locking -----------------------------------------------------------------------------
@@ -196,6 +230,7 @@ class Backend(ABC):
     @abstractmethod
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         """Take ``key`` for ``owner`` for ``ttl`` seconds if it is free, in one atomic step.
+        ``ttl`` is ``math.inf`` (no lease) only on a backend that declares ``NO_LEASE``.
 
         If ``owner`` already holds ``key`` (a retried request whose answer was lost), the
         lease is renewed and the current token returned.
@@ -217,6 +252,8 @@ class Backend(ABC):
         The default is one ``extend`` and cannot read the token (``token=None``); backends
         that keep tokens override it so the adopted token is returned in the same step.
         """
+        if math.isinf(ttl):
+            raise NotSupported(f"the {self.url.scheme}:// backend has no locks without a lease")
         if not self.extend(key, owner, ttl):
             return Grant(False)
         return Grant(True, None)
@@ -309,3 +346,8 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
         return kind(value)
     except ValueError:
         raise ConfigError(f"option {name!r} must be {kind.__name__}, got {value!r}") from None
+
+
+def _shown(name: str, value: Any) -> str:
+    """An option's value as an error message may show it: secrets hidden."""
+    return "'***'" if is_secret(name) else repr(value)

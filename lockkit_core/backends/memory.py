@@ -12,6 +12,7 @@ dropped and made again.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -201,6 +202,7 @@ class MemoryBackend(Backend):
         | Capability.NOTIFY
         | Capability.LIST
         | Capability.HAND_OFF
+        | Capability.NO_LEASE
     )
     grade: ClassVar[Grade] = Grade.PROCESS
     #: new keys after which expired, unreleased leases are swept (or more, in a larger store)
@@ -212,6 +214,7 @@ class MemoryBackend(Backend):
         self._store = _store(self.name)
 
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
+        # No lease (ttl=inf) never expires: the process, and with it the store, ends first.
         store = self._store
         with store.lock:
             now = time.monotonic()
@@ -222,7 +225,7 @@ class MemoryBackend(Backend):
                 if entry.owner == owner:
                     entry.expires = now + ttl
                     return Grant(True, entry.token)
-                return Grant(False, retry_after=entry.expires - now)
+                return Grant(False, retry_after=_left(entry.expires, now))
             elif entry.queue:
                 if entry.queue[0] != owner:
                     return Grant(False, retry_after=None)
@@ -265,7 +268,9 @@ class MemoryBackend(Backend):
 
     def _lease(self, key: str, entry: _Entry, now: float) -> Lease:
         assert entry.owner is not None
-        return Lease(key, owner_hint(entry.owner), entry.token, entry.expires - now, "this process")
+        return Lease(
+            key, owner_hint(entry.owner), entry.token, _left(entry.expires, now), "this process"
+        )
 
     def list(self, prefix: str) -> list[Lease]:
         with self._store.lock:
@@ -295,3 +300,8 @@ class MemoryBackend(Backend):
             entry.owner = None
             store.freed(key, entry, now)
             return True
+
+
+def _left(expires: float, now: float) -> float | None:
+    """Seconds left of a lease; None for a lock held without one."""
+    return None if math.isinf(expires) else expires - now

@@ -16,7 +16,7 @@ from lockkit_core.dedupe import TaskKey
 
 from ..conf import lockkit_state
 from ..task_options import TaskOptions, check_option, decide
-from .compat import Task, TaskResult, task
+from .compat import GenericTask, Task, TaskResult, task
 from .enqueue import enqueue_locked
 from .run import run_locked
 
@@ -40,7 +40,7 @@ class TaskLock:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LockedTask(Task[P, T], Generic[P, T]):
+class LockedTask(GenericTask[P, T], Generic[P, T]):
     """A ``django.tasks`` task whose calls are locked by key, when enqueued and while run.
 
     Made by :func:`locked_task`; ``.using(...)`` keeps the locks. ``enqueue()`` of a call

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from importlib.util import find_spec
 
 SECRET_KEY = "lockkit-tests-only"
 DEBUG = True
@@ -16,7 +17,8 @@ INSTALLED_APPS = [
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
-    "django_tasks",
+    # Django 6 has django.tasks built in; older Django runs the django-tasks backport's app.
+    *([] if find_spec("django.tasks") else ["django_tasks"]),
     "django_tasks_db",
     "django.contrib.messages",
     "django.contrib.staticfiles",

@@ -44,6 +44,7 @@ class FileBackend(Backend):
         | Capability.CROSS_PROCESS
         | Capability.LIST
         | Capability.HAND_OFF
+        | Capability.NO_LEASE
     )
     grade: ClassVar[Grade] = Grade.SINGLE_NODE
 
@@ -85,7 +86,8 @@ class FileBackend(Backend):
 
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         """Take ``key`` if it is free, its lease ran out, or its holder process is gone, and
-        no live waiter queued before the caller."""
+        no live waiter queued before the caller. With no lease (``ttl=math.inf``) the record
+        never expires: the key is freed by its release, or by its holder process being gone."""
         waiter = self._queued.get((key, owner)) if self._queued else None
         if waiter is None:
             store = self._store
@@ -252,7 +254,8 @@ def _drop(store: RecordStore, grants: Grants, bells: Bells) -> None:
 def _detach(store: RecordStore, grants: Grants) -> None:
     """Mark this process's held records detached (negative pid) so that their leases run
     until their TTL: a holder pid that is gone frees a key at once, which is right after a
-    crash but would drop a lock whose owner token was handed to another process."""
+    crash but would drop a lock whose owner token was handed to another process. A record
+    without a lease stays attached: it has no TTL to run until, so its holder's end frees it."""
     if os.getpid() != store.pid:
         return
     with contextlib.suppress(LockKitError):

@@ -11,6 +11,7 @@ whose process is gone frees its keys at once.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -32,10 +33,15 @@ def lease(rec: Record, key: str, now: float) -> Lease:
         key,
         hint_of(rec.owner),
         rec.fence,
-        rec.expires - now,
+        left(rec.expires, now),
         f"{rec.host.decode('utf-8', 'replace')} pid {abs(rec.pid)}"
         + (" (exited)" if rec.pid < 0 else ""),
     )
+
+
+def left(expires: float, now: float) -> float | None:
+    """Seconds left of a lease; None for a lock held without one (``ttl=None``)."""
+    return None if math.isinf(expires) else expires - now
 
 
 #: records removed by one call, so that no caller pays for many
@@ -126,7 +132,7 @@ class Grants:
                 store.write(
                     slot, rec.fence, rec.owner or FREE, rec.expires, rec.ttl, rec.queue, rec.tail()
                 )
-            return Grant(False, retry_after=rec.expires - now), None
+            return Grant(False, retry_after=left(rec.expires, now)), None
         # Free, lapsed, or its holder is gone. Waiters come first, in order; a blocking caller
         # keeps its place or joins at the tail, a non-blocking one only hands the key on.
         if waiter is not None and rec.queue:
@@ -139,7 +145,7 @@ class Grants:
                 waiter.granted = True
             return Grant(True, fence), None
         self._hand_to(slot, rec, head, now)
-        return Grant(False, retry_after=head.ttl), head
+        return Grant(False, retry_after=left(head.ttl, 0.0)), head
 
     def release(self, slot: Slot, owner: str) -> tuple[bool, Entry | None]:
         """Free the key if ``owner`` holds it, handing it to the oldest live waiter if any; True
@@ -237,7 +243,12 @@ class Grants:
         """Rewrite ``owner``'s record held by this process with the holder ``self.store.me`` (which
         the exit hook has made a negative pid: the lease then runs until its TTL)."""
         rec = self.store.read(slot)
-        if rec is not None and rec.owner == owner and rec.pid == self.store.pid:
+        if (
+            rec is not None
+            and rec.owner == owner
+            and rec.pid == self.store.pid
+            and not math.isinf(rec.expires)
+        ):
             self.store.write(slot, rec.fence, owner, rec.expires, rec.ttl, rec.queue, self.store.me)
 
     def info(self, slot: Slot, key: str) -> Lease | None:

@@ -28,6 +28,16 @@ from .wakeups import Bell
 if TYPE_CHECKING:
     from .backend import FileBackend
 
+#: how often a waiter for a lock without a lease (``ttl=None``) renews its entry: a
+#: waiter attempts again within its own lease, and a lease-less one has none to go by
+NO_LEASE_REFRESH = 30.0
+
+
+def refresh(ttl: float) -> float:
+    """How long a waiter may go between attempts (its entry lives twice that)."""
+    return NO_LEASE_REFRESH if ttl == float("inf") else ttl
+
+
 #: blocking waiters queued per key (~130 bytes each): bounds the record and each operation on it
 MAX_QUEUE = 1024
 #: a waiter's first and longest pause between looks, without and with a wake-up socket: the
@@ -43,7 +53,7 @@ def join(
     queue is left as it is (but for lapsed entries): the caller polls until there is room."""
     line = b"%s %r %r %d %d %s %s\n" % (
         mine,
-        now + 2 * ttl,
+        now + 2 * refresh(ttl),
         ttl,
         store.pid,
         store.pidns,
@@ -140,7 +150,7 @@ class FileWaiter(Waiter):
                 self._fallback = SleepWaiter()
             return self._fallback.wait(timeout)
         # Back within our own lease: the next attempt renews the entry, which lives two.
-        end = time.monotonic() + min(timeout, self.ttl)
+        end = time.monotonic() + min(timeout, refresh(self.ttl))
         # The attempt that queued us has just read the record: pause before the first look.
         while True:
             left = end - time.monotonic()

@@ -68,6 +68,16 @@ class RedisBackend(Backend):
         "client_name": str,
     }
 
+    @classmethod
+    def url_options(cls, url: LockURL) -> dict[str, Any]:
+        """The user and password, and the ``/db`` of a ``redis://`` or ``rediss://`` path
+        (``unix://`` paths name the socket; its db is ``?db=``)."""
+        found = super().url_options(url)
+        db = url.path.strip("/")
+        if url.scheme != "unix" and db:
+            found["db"] = db
+        return found
+
     def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
         super().__init__(url, options)
         import redis as redis_module

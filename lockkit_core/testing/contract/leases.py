@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import time
 
 import pytest
 
 from ...backends.base import Capability, owner_hint
-from ...errors import LockLost
+from ...errors import LockLost, NotSupported
 from ...lease import validity
 from .fixtures import ContractBase, KitFactory, Recorder
+from .workers import acquire_and_exit
 
 __all__ = ["LeaseContract"]
 
@@ -138,3 +140,70 @@ class LeaseContract(ContractBase):
         with pytest.raises(LockLost):
             held.release()
         assert b.admin.info("stuck2") is not None
+
+    # -- no lease: ttl=None ----------------------------------------------------------------
+
+    def test_ttl_none_holds_without_a_lease_or_is_not_supported(self, make_kit: KitFactory) -> None:
+        """``ttl=None``: held until released, never expiring; a backend that cannot free a
+        lease-less lock when its holder dies refuses it at ``lock()``."""
+        a, b = make_kit(), make_kit()
+        if Capability.NO_LEASE not in a.backend.capabilities:
+            with pytest.raises(NotSupported, match=r"ttl=None"):
+                a.lock("no-lease", ttl=None)
+            with pytest.raises(NotSupported, match=r"ttl=None"):
+                a.locked("no-lease", ttl=None)
+            return
+        lost = Recorder()
+        held = a.lock("no-lease", ttl=None, on_lost=lost)
+        assert held.ttl is None
+        assert held.acquire()
+        time.sleep(0.3)  # longer than any lease this test suite uses elsewhere
+        held.check()
+        assert held.owned() and not held.lost
+        assert b.lock("no-lease").acquire(blocking=False) is False
+        info = b.admin.info("no-lease")
+        assert info is not None and info.ttl_remaining is None
+        assert info.owner_hint == owner_hint(held.owner or "")
+        # A waiter on a lease-less holder waits for the release, not for an expiry.
+        got: list[bool] = []
+        waiter = threading.Thread(target=lambda: got.append(b.lock("no-lease").acquire(timeout=5)))
+        waiter.start()
+        time.sleep(0.2)
+        assert not got
+        held.release()
+        waiter.join(5)
+        assert got == [True]
+        assert not lost.calls
+
+    def test_ttl_none_lock_is_freed_when_its_holder_process_ends(
+        self, make_kit: KitFactory, backend_url: str, namespace: str
+    ) -> None:
+        kit = make_kit()
+        self.require(kit, Capability.NO_LEASE)
+        self.require(kit, Capability.CROSS_PROCESS)
+        ctx = multiprocessing.get_context("spawn")
+        results = ctx.Queue()
+        proc = ctx.Process(
+            target=acquire_and_exit, args=(backend_url, namespace, "no-lease-exit", None, results)
+        )
+        proc.start()
+        try:
+            owner, _ = results.get(timeout=60)
+        finally:
+            proc.join(30)
+        assert proc.exitcode == 0
+        assert owner not in ("busy", "error"), owner
+        # No lease to run out: the holder's end is what frees it, at once.
+        assert kit.lock("no-lease-exit").acquire(blocking=False) is True
+
+    def test_extend_gives_a_lease_less_lock_a_lease(self, make_kit: KitFactory) -> None:
+        a, b = make_kit(), make_kit()
+        self.require(a, Capability.NO_LEASE)
+        held = a.lock("no-lease-ext", ttl=None, auto_renew=False)
+        assert held.acquire()
+        held.extend(0.3)
+        info = b.admin.info("no-lease-ext")
+        assert info is not None and info.ttl_remaining is not None
+        assert info.ttl_remaining <= 0.3
+        assert b.lock("no-lease-ext").acquire(timeout=3) is True
+        assert held.lost

@@ -87,7 +87,7 @@ def exclusion_worker(
     results.put(report)
 
 
-def acquire_and_exit(url: str, namespace: str, key: str, ttl: float, results: Any) -> None:
+def acquire_and_exit(url: str, namespace: str, key: str, ttl: float | None, results: Any) -> None:
     """Take ``key`` and exit without releasing it, handing the owner token on via
     ``results``, as a Celery producer hands its lock to the worker that runs the task."""
     try:
