@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from lockkit_core.cli import CliSettings, info_command, list_command, release_command
+from lockkit_core.terminal import printable
 
 from .settings import store_config
 from .stale import clear_stale_locks
@@ -33,7 +34,7 @@ def check_command(ctx: click.Context) -> None:
     """Print the startup check's warnings; exit status 1 if there are any."""
     problems = check_app(ctx.meta["lockkit_app"])
     for problem in problems:
-        click.echo(f"warning: {problem}")
+        click.echo(f"warning: {printable(problem)}")
     if problems:
         ctx.exit(1)
     click.echo("no problems found")
@@ -45,7 +46,7 @@ def clear_stale_command(ctx: click.Context) -> None:
     """Free the run locks that dead processes of this host left (what a worker does at start
     with lockkit_clear_stale_on_start), and print each key freed."""
     for key in clear_stale_locks(ctx.meta["lockkit_app"]):
-        click.echo(f"cleared {key}")
+        click.echo(f"cleared {printable(key)}")
 
 
 lockkit.add_command(list_command)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shlex
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from .config import UNSET, default_url
 from .errors import LockKitError
 from .kit import LockKit
 from .registry import backend_class, known_schemes
+from .terminal import printable
 from .url import parse_url
 
 __all__ = [
@@ -29,11 +31,15 @@ __all__ = [
     "CliSettings",
     "cli",
     "emit_json",
+    "free_line",
     "info_command",
     "list_command",
     "lock_rows",
     "main",
+    "no_locks_line",
+    "refusal",
     "release_command",
+    "released_line",
     "render_table",
 ]
 
@@ -52,7 +58,7 @@ def _lockkit_errors() -> Iterator[None]:
     try:
         yield
     except LockKitError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(printable(str(exc))) from exc
 
 
 @contextmanager
@@ -98,14 +104,47 @@ def lock_rows(infos: Sequence[LockInfo]) -> list[list[str]]:
     """One table row per lock, in :data:`LOCK_HEADERS` order; the framework commands share it."""
     return [
         [
-            info.key,
+            printable(info.key),
             "-" if info.token is None else str(info.token),
             _seconds(info.ttl_remaining),
-            info.holder or "-",
-            info.owner_hint,
+            printable(info.holder or "-"),
+            printable(info.owner_hint),
         ]
         for info in infos
     ]
+
+
+# The sentences every framework's command prints (keys escaped for the terminal).
+
+
+def no_locks_line(prefix: str) -> str:
+    """What ``list`` prints when no lock is held under ``prefix``."""
+    return "no locks held" + (f" under {printable(repr(prefix))}" if prefix else "")
+
+
+def free_line(key: str) -> str:
+    """What ``info`` prints for a free key."""
+    return f"{printable(key)} is free"
+
+
+def released_line(key: str, before: LockInfo | None, released: bool) -> str:
+    """What ``release --force`` prints: whether ``key`` was freed, and whose lock it was."""
+    shown = printable(key)
+    if not released:
+        return f"{shown} was already free"
+    if before is None:
+        return f"released {shown}"
+    token = "" if before.token is None else f", token {before.token}"
+    return f"released {shown} (owner {printable(before.owner_hint)}{token})"
+
+
+def refusal(key: str, command: str) -> str:
+    """Why ``release`` without ``--force`` did nothing, and the ``command`` line that would."""
+    return printable(
+        f"refusing to release {key!r} without --force: its holder is not told and may go on "
+        f"as if it still held the lock. Run '{command} release {shlex.quote(key)} --force' if "
+        "you mean it."
+    )
 
 
 @click.group(name="lockkit", context_settings={"help_option_names": ["-h", "--help"]})
@@ -143,7 +182,7 @@ def list_command(ctx: click.Context, prefix: str, as_json: bool) -> None:
     if as_json:
         emit_json([info.as_dict() for info in infos])
     elif not infos:
-        click.echo("no locks held" + (f" under {prefix!r}" if prefix else ""))
+        click.echo(no_locks_line(prefix))
     else:
         click.echo(render_table(LOCK_HEADERS, lock_rows(infos)))
 
@@ -159,7 +198,7 @@ def info_command(ctx: click.Context, key: str, as_json: bool) -> None:
     if as_json:
         emit_json(None if info is None else info.as_dict())
     elif info is None:
-        click.echo(f"{key} is free")
+        click.echo(free_line(key))
     else:
         click.echo(render_table(LOCK_HEADERS, lock_rows([info])))
 
@@ -177,10 +216,7 @@ def release_command(ctx: click.Context, key: str, force: bool, as_json: bool) ->
     fencing token are safe from it.
     """
     if not force:
-        raise click.ClickException(
-            f"refusing to release {key!r} without --force: its holder is not told and may go "
-            f"on as if it still held the lock. Run 'lockkit release {key} --force' if you mean it."
-        )
+        raise click.ClickException(refusal(key, "lockkit"))
     with _open_kit(ctx) as kit:
         before = kit.admin.info(key)
         released = kit.admin.force_release(key)
@@ -192,13 +228,8 @@ def release_command(ctx: click.Context, key: str, force: bool, as_json: bool) ->
                 "previous": None if before is None or not released else before.as_dict(),
             }
         )
-    elif not released:
-        click.echo(f"{key} was already free")
-    elif before is None:
-        click.echo(f"released {key}")
     else:
-        token = "" if before.token is None else f", token {before.token}"
-        click.echo(f"released {key} (owner {before.owner_hint}{token})")
+        click.echo(released_line(key, before, released))
 
 
 def _scheme_row(scheme: str, current: str | None) -> dict[str, Any]:

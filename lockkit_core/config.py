@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from .errors import ConfigError
 from .lease import MIN_TTL
+from .redact import redact_options, redact_url
 
 __all__ = [
     "DEFAULT_TTL",
@@ -140,9 +141,10 @@ def _parse_number(name: str, value: object) -> object:
     return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class LockKitConfig:
-    """Settings for a :class:`~lockkit_core.LockKit`; build it with :meth:`from_mapping`."""
+    """Settings for a :class:`~lockkit_core.LockKit`; build it with :meth:`from_mapping`.
+    Its ``repr()`` hides credentials in the URL and ``options``."""
 
     url: str = field(default_factory=default_url)
     namespace: str = ""
@@ -153,7 +155,8 @@ class LockKitConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or not self.url:
-            raise ConfigError(f"URL must be a non-empty string, got {self.url!r}")
+            shown = redact_url(self.url) if isinstance(self.url, str) else self.url
+            raise ConfigError(f"URL must be a non-empty string, got {shown!r}")
         if not isinstance(self.namespace, str):
             raise ConfigError(f"NAMESPACE must be a string, got {self.namespace!r}")
         # Normalised in place so that every reader sees a float ttl and None for "forever".
@@ -211,6 +214,13 @@ class LockKitConfig:
                 )
             kwargs["options"] = dict(values["OPTIONS"])
         return cls(**kwargs)
+
+    def __repr__(self) -> str:
+        return (
+            f"LockKitConfig(url={redact_url(self.url)!r}, namespace={self.namespace!r}, "
+            f"ttl={self.ttl!r}, auto_renew={self.auto_renew!r}, timeout={self.timeout!r}, "
+            f"options={redact_options(self.options)!r})"
+        )
 
     def replace(self, **changes: Any) -> LockKitConfig:
         """A copy with ``changes`` applied and validated."""

@@ -32,7 +32,7 @@ from .errors import LockLost
 if TYPE_CHECKING:
     from .lock import Lock
 
-__all__ = ["Hold", "inherited_message", "lost_message"]
+__all__ = ["Hold", "inherited_message", "lost_message", "run_on_lost"]
 
 log = logging.getLogger("lockkit")
 #: makes "lost" reported once when a renewal and a release find it at the same time
@@ -141,7 +141,7 @@ class Hold:
         log.warning("lock %s lost: %s", self.full_key, reason)
         lock = self.lock()
         if lock is not None:
-            lock._fire_lost()
+            run_on_lost(lock)
 
     def leak(self) -> str | None:
         """Why nobody can release this hold any more (see the module docstring), or None."""
@@ -150,6 +150,16 @@ class Hold:
         if self.thread is not None and not self.thread.is_alive():
             return f"its thread {self.thread.name!r} exited without releasing it"
         return None
+
+
+def run_on_lost(lock: Lock) -> None:
+    """Call each of ``lock.on_lost`` with the lock; one that fails is logged, never raised
+    (this runs on the watchdog's thread, or inside a release)."""
+    for callback in lock.on_lost:
+        try:
+            callback(lock)
+        except Exception:
+            log.exception("on_lost callback %r failed for %s", callback, lock.full_key)
 
 
 def lost_message(key: str, hold: Hold) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ParamSpec, TypeVar
@@ -13,14 +12,13 @@ from typing import Any, ParamSpec, TypeVar
 from .admin import Admin
 from .backends.base import Backend, Capability
 from .config import UNSET, LockKitConfig, check_lock_ttl, check_timeout
-from .errors import ConfigError, LockNotOwned, NotSupported
-from .hold import Hold
+from .errors import ConfigError, NotSupported
+from .holds import Holds
 from .keys import KeyTemplate, check_key
 from .lock import Lock, OnLost
 from .registry import create_backend
 from .rwlock import RWLock
 from .semaphore import Semaphore
-from .watchdog import watch
 
 __all__ = ["LockKit"]
 
@@ -75,8 +73,9 @@ class LockKit:
         self.config = base.replace(**changes) if changes else base
         self.namespace = self.config.namespace
         self.backend: Backend = create_backend(self.config.url, self.config.options)
-        self._holds: dict[str, Hold] = {}
-        self._holds_lock = threading.Lock()
+        #: the holds this kit's handles may re-enter: the one interface between the kit and
+        #: its ``Lock`` handles, which use only it, ``backend`` and ``namespace``
+        self.holds = Holds(self.backend)
         # A kit dropped without close() still closes its store once collected. Nothing
         # long-lived refers to a kit: its handles do (so it lives while any of its locks can
         # be released), the watchdog refers only to holds and their backend.
@@ -237,26 +236,8 @@ class LockKit:
 
         return decorate
 
-    # -- the protocol with the handles ----------------------------------------------------------
-
-    def _register(self, lock: Lock, owner: str, token: int | None, valid_until: float) -> Hold:
-        hold = Hold(lock, self.backend, owner, token, valid_until)
-        if lock.reentrant:  # a non-reentrant hold belongs to its handle, not to a thread
-            with self._holds_lock:
-                self._holds[lock.full_key] = hold
-        self.backend.track(hold)
-        watch(hold)
-        return hold
-
-    def _release_foreign(self, key: str, full_key: str, owner: str) -> None:
-        if not self.backend.release(full_key, owner):
-            raise LockNotOwned(key, f"cannot release {key!r}: that owner token does not hold it")
-
-    def _extend_foreign(self, key: str, full_key: str, owner: str, ttl: float) -> None:
-        if not self.backend.extend(full_key, owner, ttl):
-            raise LockNotOwned(key, f"cannot extend {key!r}: that owner token does not hold it")
+    # -- lifecycle ----------------------------------------------------------------------------
 
     def _after_fork_in_child(self) -> None:
-        self._holds_lock = threading.Lock()
-        self._holds = {}
+        self.holds.after_fork_in_child()
         self.backend.after_fork_in_child()

@@ -2,12 +2,13 @@
 
 A handle is cheap; what is held is a :class:`~lockkit_core.hold.Hold`, shared by every handle
 that re-enters the same key in the same thread. Reentrancy is decided here; the acquire loop
-is in :mod:`lockkit_core.acquire`, renewal in :mod:`lockkit_core.watchdog`.
+is in :mod:`lockkit_core.acquire`, renewal in :mod:`lockkit_core.watchdog`. A handle reaches its
+kit only through ``kit.backend``, ``kit.namespace`` and ``kit.holds``
+(:class:`~lockkit_core.holds.Holds`, the table of holds it may re-enter).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import secrets
 import threading
@@ -30,9 +31,7 @@ from .watchdog import watch
 if TYPE_CHECKING:
     from .kit import LockKit
 
-__all__ = ["Lock", "LockKit", "OnLost", "new_owner_token"]
-
-log = logging.getLogger("lockkit")
+__all__ = ["Lock", "OnLost", "new_owner_token"]
 
 OnLost = Callable[["Lock"], object]
 
@@ -190,7 +189,7 @@ class Lock:
             )
             if got is None:
                 return False
-            hold = kit._register(self, owner, got.token, got.valid_until)
+            hold = kit.holds.start(self, owner, got.token, got.valid_until)
         if self.reentrant:
             self._local.use = [hold, 1]
         else:
@@ -199,14 +198,14 @@ class Lock:
         return True
 
     def _reenter(self) -> bool:
-        kit = self.kit
-        hold = kit._holds.get(self.full_key)
+        holds = self.kit.holds
+        hold = holds.get(self.full_key)
         if hold is None or hold.thread is not threading.current_thread():
             return False  # the common case, decided without the kit's lock
         use: list[Any] | None = getattr(self._local, "use", None)
-        with kit._holds_lock:
+        with holds.mutex:
             if (
-                kit._holds.get(self.full_key) is not hold
+                holds.get(self.full_key) is not hold
                 or hold.pid != os.getpid()
                 or not hold.active
                 or (use is not None and use[0] is not hold)
@@ -237,7 +236,7 @@ class Lock:
         valid_until = sent + lease.validity(self.ttl)
         if self.ttl is not None and now >= valid_until:
             raise dead_on_arrival_error(self.key, self.ttl, now - sent, 1)
-        return self.kit._register(self, owner, grant.token, valid_until)
+        return self.kit.holds.start(self, owner, grant.token, valid_until)
 
     def release(self) -> None:
         """Release one level of reentrancy; the store is told when the outermost one ends.
@@ -247,11 +246,14 @@ class Lock:
         Raises :class:`LockNotOwned` if we do not hold it, :class:`LockLost` if the lease
         had run out (someone else may have held the key meanwhile).
         """
-        kit = self.kit
+        holds = self.kit.holds
         hold = self._here()
         if hold is None:
             if self._given_owner is not None:
-                kit._release_foreign(self.key, self.full_key, self._given_owner)
+                if not self.kit.backend.release(self.full_key, self._given_owner):
+                    raise LockNotOwned(
+                        self.key, f"cannot release {self.key!r}: that owner token does not hold it"
+                    )
                 return
             how = (
                 "this thread does not hold it through this handle (reentrant locks are "
@@ -262,7 +264,7 @@ class Lock:
             raise LockNotOwned(self.key, f"cannot release {self.key!r}: {how}")
         if hold.pid != os.getpid():
             raise LockNotOwned(self.key, inherited_message(self.key, hold))
-        with kit._holds_lock:
+        with holds.mutex:
             if self.reentrant:
                 use: list[Any] = self._local.use
                 use[1] -= 1
@@ -277,8 +279,7 @@ class Lock:
                 return
             # Cleared before the store hears of it: see Hold.mark_lost.
             hold.active = False
-            if kit._holds.get(self.full_key) is hold:
-                del kit._holds[self.full_key]
+            holds.drop(hold)
             if self._last is hold:
                 self._last = None
         hold.release()
@@ -310,16 +311,15 @@ class Lock:
             )
         self.check()
         hold.extend(new_ttl, raise_on_loss=True)
-        kit = self.kit
-        with kit._holds_lock:
+        holds = self.kit.holds
+        with holds.mutex:
             if self.reentrant:
                 self._local.use = None
             else:
                 self._hold = None
             hold.count = 0
             hold.active = False  # the watchdog drops inactive holds without a round trip
-            if kit._holds.get(self.full_key) is hold:
-                del kit._holds[self.full_key]
+            holds.drop(hold)
             if self._last is hold:
                 self._last = None
         return hold.owner
@@ -335,7 +335,10 @@ class Lock:
         if hold is None:
             if self._given_owner is None:
                 raise LockNotOwned(self.key, f"cannot extend {self.key!r}: not held")
-            self.kit._extend_foreign(self.key, self.full_key, self._given_owner, new_ttl)
+            if not self.kit.backend.extend(self.full_key, self._given_owner, new_ttl):
+                raise LockNotOwned(
+                    self.key, f"cannot extend {self.key!r}: that owner token does not hold it"
+                )
             return
         self.check()
         unleased = hold.ttl is None
@@ -370,20 +373,3 @@ class Lock:
         tb: TracebackType | None,
     ) -> None:
         release_leaving(self.release, exc)
-
-    def _fire_lost(self) -> None:
-        for callback in self.on_lost:
-            try:
-                callback(self)
-            except Exception:
-                log.exception("on_lost callback %r failed for %s", callback, self.full_key)
-
-
-def __getattr__(name: str) -> Any:
-    # ``from lockkit_core.lock import LockKit`` predates kit.py; resolve it lazily so that
-    # kit.py can import this module without a cycle.
-    if name == "LockKit":
-        from .kit import LockKit
-
-        return LockKit
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,28 +7,17 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .errors import ConfigError
+from .redact import HIDDEN, redact_options, redact_url
 
-__all__ = ["LockURL", "is_secret", "parse_url"]
-
-#: option names whose values are credentials: never shown
-_SECRET_WORDS = ("password", "passwd", "secret", "token", "auth", "key", "credential")
-
-
-def is_secret(name: str) -> bool:
-    """True if an option called ``name`` holds a credential (``password``, ``ssl_keyfile``
-    is a path and is shown: only names that say secret, password, token or auth)."""
-    lowered = name.lower()
-    return any(word in lowered for word in _SECRET_WORDS) and not lowered.endswith(
-        ("file", "_path", "_reqs", "mechanism")
-    )
-
+__all__ = ["LockURL", "parse_url"]
 
 _SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*)://", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class LockURL:
-    """A parsed backend URL. ``query`` holds the ``?name=value`` options as strings."""
+    """A parsed backend URL. ``query`` holds the ``?name=value`` options as strings.
+    Its ``repr()`` hides the password and secret options, as :meth:`redacted` does."""
 
     raw: str
     scheme: str
@@ -40,16 +29,16 @@ class LockURL:
     query: dict[str, str] = field(default_factory=dict)
 
     def redacted(self) -> str:
-        """The URL with any password replaced by ``***``, safe to log or show."""
-        if self.password is None:
-            return self.raw
-        return self.raw.replace(":" + _quoted_password(self.raw), ":***", 1)
+        """The URL with its password and secret options replaced by ``***``, safe to show."""
+        return redact_url(self.raw)
 
-
-def _quoted_password(raw: str) -> str:
-    netloc = urlsplit(raw).netloc
-    userinfo = netloc.rpartition("@")[0]
-    return userinfo.partition(":")[2]
+    def __repr__(self) -> str:
+        password = None if self.password is None else HIDDEN
+        return (
+            f"LockURL(raw={self.redacted()!r}, scheme={self.scheme!r}, host={self.host!r}, "
+            f"port={self.port!r}, username={self.username!r}, password={password!r}, "
+            f"path={self.path!r}, query={redact_options(self.query)!r})"
+        )
 
 
 def parse_url(url: str) -> LockURL:
@@ -62,26 +51,30 @@ def parse_url(url: str) -> LockURL:
     match = _SCHEME.match(url.strip())
     if match is None:
         raise ConfigError(
-            f"malformed backend URL {url!r}: expected 'scheme://...', for example "
+            f"malformed backend URL {redact_url(url)!r}: expected 'scheme://...', for example "
             "'file://', 'memory://' or 'redis://127.0.0.1:6379/0'"
         )
     url = url.strip()
     scheme = match.group(1).lower()
     parts = urlsplit(url)
     if parts.fragment:
-        raise ConfigError(f"malformed backend URL {url!r}: a '#fragment' means nothing here")
+        raise ConfigError(
+            f"malformed backend URL {redact_url(url)!r}: a '#fragment' means nothing here"
+        )
     hosts = parts.netloc.rpartition("@")[2]
     try:
         # Several servers ("h1:2379,h2:2379"): ``host`` keeps the list, the backend splits it.
         port = None if "," in hosts else parts.port
     except ValueError as exc:
         raise ConfigError(
-            f"malformed backend URL {url!r}: the port must be a number from 1 to 65535"
+            f"malformed backend URL {redact_url(url)!r}: the port must be a number from 1 to 65535"
         ) from exc
     query: dict[str, str] = {}
     for name, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
         if name in query:
-            raise ConfigError(f"backend URL {url!r} sets option {name!r} twice; keep one")
+            raise ConfigError(
+                f"backend URL {redact_url(url)!r} sets option {name!r} twice; keep one"
+            )
         query[name] = value
     return LockURL(
         raw=url,

@@ -151,7 +151,7 @@ def _drop_leaked(hold: Hold, why: str) -> None:
     if hold.auto_renew:
         warnings.warn(
             f"lockkit: lock {hold.key!r} ({hold.full_key}) leaked: {why}. It is no longer "
-            f"renewed and frees itself within its ttl ({hold.ttl or 0:g} s). Release what you "
+            f"renewed and frees itself within its ttl ({hold.ttl:g} s). Release what you "
             "acquire, e.g. with 'with kit.lock(...):'",
             ResourceWarning,
             stacklevel=1,

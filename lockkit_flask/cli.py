@@ -14,7 +14,17 @@ from flask import current_app
 from flask.cli import AppGroup
 
 from lockkit_core import Admin, LockKitError
-from lockkit_core.cli import LOCK_HEADERS, emit_json, lock_rows, render_table
+from lockkit_core.cli import (
+    LOCK_HEADERS,
+    emit_json,
+    free_line,
+    lock_rows,
+    no_locks_line,
+    refusal,
+    released_line,
+    render_table,
+)
+from lockkit_core.terminal import printable
 
 from .extension import state_of
 
@@ -29,20 +39,20 @@ def _admin() -> Iterator[Admin]:
     try:
         yield state_of(current_app).kit.admin
     except LockKitError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(printable(str(exc))) from exc
 
 
 @lockkit_group.command("list")
 @click.argument("prefix", default="")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def list_command(prefix: str, as_json: bool) -> None:
-    """List held locks whose key starts with PREFIX (route keys start with the endpoint)."""
+    """List held locks whose key starts with PREFIX."""
     with _admin() as admin:
         infos = admin.list(prefix)
     if as_json:
         emit_json([info.as_dict() for info in infos])
     elif not infos:
-        click.echo("no locks held" + (f" under {prefix!r}" if prefix else ""))
+        click.echo(no_locks_line(prefix))
     else:
         click.echo(render_table(LOCK_HEADERS, lock_rows(infos)))
 
@@ -57,7 +67,7 @@ def info_command(key: str, as_json: bool) -> None:
     if as_json:
         emit_json(None if info is None else info.as_dict())
     elif info is None:
-        click.echo(f"{key} is free")
+        click.echo(free_line(key))
     else:
         click.echo(render_table(LOCK_HEADERS, lock_rows([info])))
 
@@ -70,21 +80,12 @@ def release_command(key: str, force: bool, as_json: bool) -> None:
     """Free KEY whoever holds it (needs --force). The holder is not told until it next
     renews or releases, so only writes checked against the fencing token are safe from it."""
     if not force:
-        raise click.ClickException(
-            f"refusing to release {key!r} without --force: its holder is not told and may go "
-            f"on as if it still held the lock. Run 'flask lockkit release {key} --force' if "
-            "you mean it."
-        )
+        raise click.ClickException(refusal(key, "flask lockkit"))
     with _admin() as admin:
         before = admin.info(key)
         released = admin.force_release(key)
     if as_json:
         previous = None if before is None or not released else before.as_dict()
         emit_json({"key": key, "released": released, "previous": previous})
-    elif not released:
-        click.echo(f"{key} was already free")
-    elif before is None:
-        click.echo(f"released {key}")
     else:
-        token = "" if before.token is None else f", token {before.token}"
-        click.echo(f"released {key} (owner {before.owner_hint}{token})")
+        click.echo(released_line(key, before, released))

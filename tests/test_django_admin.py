@@ -190,6 +190,21 @@ def test_a_store_that_is_down_is_shown_not_hidden(settings: Any, operator: Clien
     assert "Could not release" in released
 
 
+def test_the_store_line_and_its_errors_hide_the_password(settings: Any, operator: Client) -> None:
+    secret = "s3cr3t-Pa55word"
+    settings.LOCKKIT = {
+        "URL": f"redis://ops:{secret}@127.0.0.1:{free_port()}/0?socket_timeout=0.5",
+        "OPTIONS": {"socket_connect_timeout": 0.5},
+    }
+    page = operator.get(LIST).content.decode()
+    assert "ops:***@127.0.0.1" in page  # the Store line is there, redacted
+    assert secret not in page
+    settings.LOCKKIT = {"URL": f"redis://127.0.0.1:{free_port()}/0?password={secret}"}
+    page = operator.get(LIST).content.decode()
+    assert "password=***" in page
+    assert secret not in page
+
+
 def test_a_missing_key_is_an_error_message(store: LockKit, operator: Client) -> None:
     response = operator.post(RELEASE, {}, follow=True)
     assert "Name the lock to release" in response.content.decode()

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..errors import ConfigError, NotSupported
-from ..url import LockURL, is_secret
+from ..redact import HIDDEN, is_secret
+from ..url import LockURL
 
 __all__ = [
     "Backend",
@@ -350,4 +351,4 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
 
 def _shown(name: str, value: Any) -> str:
     """An option's value as an error message may show it: secrets hidden."""
-    return "'***'" if is_secret(name) else repr(value)
+    return repr(HIDDEN) if is_secret(name) else repr(value)

@@ -38,7 +38,7 @@ def main() -> int:
     with store as server:
         os.environ["SMS_LOG"] = str(work / "sms.log")
         if embedded:
-            for folder in ("queue", "processed", "results", "locks"):
+            for folder in ("queue", "processed", "results", "locks", "control"):
                 (work / folder).mkdir()
             os.environ["SMS_EMBEDDED"] = str(work)
         else:

@@ -30,6 +30,8 @@ if EMBEDDED:
         "data_folder_in": f"{EMBEDDED}/queue",
         "data_folder_out": f"{EMBEDDED}/queue",
         "processed_folder": f"{EMBEDDED}/processed",
+        # The exchange tables: kombu's default is "control" under the current directory.
+        "control_folder": f"{EMBEDDED}/control",
         "store_processed": False,
     }
     app.conf.lockkit_url = f"file://{EMBEDDED}/locks"

@@ -16,6 +16,7 @@ import time
 
 from .flock import flock
 from .record import NotARecord
+from .trust import check_record_file
 
 if sys.platform != "win32":
     import fcntl
@@ -57,9 +58,13 @@ class FenceCounter:
         with self._lock:
             while True:
                 if self._fd < 0:
-                    self._fd = os.open(
-                        path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
-                    )
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+                    try:
+                        check_record_file(fd, path)
+                    except BaseException:
+                        os.close(fd)
+                        raise
+                    self._fd = fd
                 fd = self._fd
                 flock(fd, fcntl.LOCK_EX if fence else fcntl.LOCK_SH, path)
                 try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import stat
 import sys
 import threading
 import time
@@ -25,6 +24,7 @@ from .fence import FenceCounter
 from .flock import FLOCK_PATIENCE, flock
 from .liveness import Liveness
 from .record import CHUNK, FREE, HEAD, MAGIC, Record, file_name, parse, read_rest
+from .trust import check_directory, check_record_file
 
 if sys.platform != "win32":
     import fcntl
@@ -88,14 +88,7 @@ class RecordStore(Liveness):
             raise BackendUnavailable(
                 f"cannot use {path!r} as the file:// lock directory: {exc.strerror or exc}"
             ) from exc
-        if path == default_directory() and (
-            not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid()
-        ):
-            # In a shared temp dir someone else could have planted it to read or forge records.
-            raise BackendUnavailable(
-                f"the default lock directory {path!r} is not a directory owned by this user "
-                f"(uid {os.getuid()}); remove it or pass another file:// path"
-            )
+        check_directory(path, st)
         if not os.access(path, os.W_OK | os.X_OK):
             raise BackendUnavailable(f"the file:// lock directory {path!r} is not writable")
 
@@ -109,9 +102,15 @@ class RecordStore(Liveness):
         except FileNotFoundError:
             if not create:
                 return None
-            # The directory itself was removed (a temp cleaner): make it again.
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            # The directory itself was removed (a temp cleaner): make it again, and judge it
+            # again (someone else may have made it first).
+            self._prepare_directory()
             fd = os.open(path, flags, 0o600)
+        try:
+            check_record_file(fd, path)
+        except BaseException:
+            os.close(fd)
+            raise
         evicted: list[Slot] = []
         with self._slots_lock:
             slot = self.slots.get(key)
@@ -367,6 +366,7 @@ def peek(path: str) -> Record | None:
     except FileNotFoundError:
         return None
     try:
+        check_record_file(fd, path)
         flock(fd, fcntl.LOCK_SH, path)
         try:
             data = read_rest(fd, 0)

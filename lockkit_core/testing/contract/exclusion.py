@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ...backends.base import Capability
-from ...lock import LockKit
+from ...kit import LockKit
 from .fixtures import ContractBase, KitFactory
 from .workers import (
     ROUNDS,

@@ -10,7 +10,8 @@ from typing import Any, Protocol
 import pytest
 
 from ...backends.base import Capability
-from ...lock import Lock, LockKit
+from ...kit import LockKit
+from ...lock import Lock
 
 __all__ = ["ContractBase", "KitFactory", "Recorder"]
 

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from ...errors import LockLost, LockNotOwned
-from ...lock import Lock, LockKit
+from ...kit import LockKit
+from ...lock import Lock
 from .fixtures import ContractBase, KitFactory
 
 __all__ = ["ForkContract"]

@@ -8,7 +8,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ...lock import LockKit
+from ...kit import LockKit
 
 __all__ = [
     "acquire_and_exit",

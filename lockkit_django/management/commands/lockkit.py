@@ -21,8 +21,17 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from lockkit_core import BackendUnavailable, LockKitError, LockNotOwned
-from lockkit_core.cli import LOCK_HEADERS, lock_rows, render_table
+from lockkit_core.cli import (
+    LOCK_HEADERS,
+    free_line,
+    lock_rows,
+    no_locks_line,
+    refusal,
+    released_line,
+    render_table,
+)
 from lockkit_core.config import check_timeout
+from lockkit_core.terminal import printable
 
 from ...conf import get_kit
 
@@ -64,7 +73,7 @@ class Command(BaseCommand):
             else:
                 getattr(self, f"_{verb}")(options)
         except LockKitError as exc:
-            raise CommandError(str(exc)) from exc
+            raise CommandError(printable(str(exc))) from exc
 
     def _json(self, value: Any) -> None:
         self.stdout.write(json.dumps(value, indent=2, sort_keys=True))
@@ -74,8 +83,7 @@ class Command(BaseCommand):
         if options["json"]:
             self._json([info.as_dict() for info in infos])
         elif not infos:
-            prefix = options["prefix"]
-            self.stdout.write("no locks held" + (f" under {prefix!r}" if prefix else ""))
+            self.stdout.write(no_locks_line(options["prefix"]))
         else:
             self.stdout.write(render_table(LOCK_HEADERS, lock_rows(infos)))
 
@@ -85,18 +93,14 @@ class Command(BaseCommand):
         if options["json"]:
             self._json(None if info is None else info.as_dict())
         elif info is None:
-            self.stdout.write(f"{key} is free")
+            self.stdout.write(free_line(key))
         else:
             self.stdout.write(render_table(LOCK_HEADERS, lock_rows([info])))
 
     def _release(self, options: dict[str, Any]) -> None:
         key = options["key"]
         if not options["force"]:
-            raise CommandError(
-                f"refusing to release {key!r} without --force: its holder is not told and may "
-                f"go on as if it still held the lock. Run 'manage.py lockkit release {key} "
-                "--force' if you mean it."
-            )
+            raise CommandError(refusal(key, "manage.py lockkit"))
         admin = get_kit().admin
         before = admin.info(key)
         released = admin.force_release(key)
@@ -104,13 +108,8 @@ class Command(BaseCommand):
         if options["json"]:
             previous = None if before is None or not released else before.as_dict()
             self._json({"key": key, "released": released, "previous": previous})
-        elif not released:
-            self.stdout.write(f"{key} was already free")
-        elif before is None:
-            self.stdout.write(f"released {key}")
         else:
-            token = "" if before.token is None else f", token {before.token}"
-            self.stdout.write(f"released {key} (owner {before.owner_hint}{token})")
+            self.stdout.write(released_line(key, before, released))
 
     def _check(self) -> None:
         kit = get_kit()
@@ -134,7 +133,9 @@ class Command(BaseCommand):
         try:
             held = lock.acquire(timeout=wait)
         except BackendUnavailable as exc:
-            raise CommandError(f"{command[0]} not run: the lock store is down: {exc}") from exc
+            raise CommandError(
+                printable(f"{command[0]} not run: the lock store is down: {exc}")
+            ) from exc
         if not held:
             log.info("%s not run: %r is held by another run", command[0], key)
             self.stderr.write(f"{command[0]} not run: {key!r} is held by another run")

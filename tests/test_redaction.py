@@ -1,0 +1,126 @@
+"""Credentials in a store URL or in ``OPTIONS`` never reach a human: not through ``repr()`` of
+the kit, its config or the parsed URL, not through ``kit.admin``, the ``lockkit`` command or
+``manage.py lockkit check``, not through any backend's errors, and not through the error about
+a malformed URL. One redaction function does it (``lockkit_core.redact``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lockkit_core import BackendError, ConfigError, LockKit, LockKitConfig, parse_url
+from lockkit_core.testing import free_port
+
+SECRET = "s3cr3t-Pa55word"
+TESTS = Path(__file__).resolve().parent
+
+
+def _unreachable_urls() -> list[str]:
+    port = free_port()
+    fast = "socket_timeout=0.5"
+    return [
+        f"redis://127.0.0.1:{port}/0?password={SECRET}&{fast}",
+        f"redis://user:{SECRET}@127.0.0.1:{port}/0?{fast}",
+        f"redis://:{SECRET}@127.0.0.1:{port}/0?{fast}",
+        f"etcd://127.0.0.1:{port}?username=u&password={SECRET}&{fast}",
+        f"etcd://u:{SECRET}@127.0.0.1:{port}?{fast}",
+        f"zookeeper://u:{SECRET}@127.0.0.1:{port}/?{fast}&session_timeout=1",
+        f"zookeeper://127.0.0.1:{port}/?username=u&password={SECRET}&{fast}&session_timeout=1",
+    ]
+
+
+@pytest.mark.parametrize("url", _unreachable_urls())
+def test_a_password_never_shows(url: str) -> None:
+    kit = LockKit(url)
+    try:
+        shown = [
+            repr(kit),
+            repr(kit.config),
+            str(kit.config),
+            repr(parse_url(url)),
+            parse_url(url).redacted(),
+            kit.backend.describe(),
+            repr(kit.admin.backend_info()),
+        ]
+        with pytest.raises(BackendError) as caught:
+            kit.lock("k").acquire(timeout=0)
+        shown.append(str(caught.value))
+        for text in shown:
+            assert SECRET not in text, text
+        assert "***" in repr(kit)
+    finally:
+        kit.close()
+
+
+def test_a_password_in_options_never_shows() -> None:
+    config = LockKitConfig(url="redis://127.0.0.1:1/0", options={"password": SECRET})
+    assert SECRET not in repr(config) and "'password': '***'" in repr(config)
+    kit = LockKit(config=config)
+    try:
+        assert SECRET not in repr(kit) and SECRET not in repr(kit.config)
+    finally:
+        kit.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"redis://user:{SECRET}@127.0.0.1:99999/0",  # bad port
+        f"redis://user:{SECRET}@127.0.0.1:6379/0#frag",  # a fragment
+        f"redis://127.0.0.1:6379/0?password={SECRET}&password=x",  # an option twice
+        f"user:{SECRET}@127.0.0.1:6379/0",  # no scheme
+        f"bogus://user:{SECRET}@127.0.0.1/",  # unknown scheme
+        f"redis://user:{SECRET}@127.0.0.1:6379/0?sokcet_timeout=1",  # unknown option
+        f"redis://user:{SECRET}@127.0.0.1:6379/0?socket_timeout=soon",  # bad option value
+    ],
+)
+def test_a_malformed_url_error_hides_the_password(url: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        LockKit(url).close()
+    assert SECRET not in str(caught.value), caught.value
+    assert "***" in str(caught.value) or "user:" not in str(caught.value)
+
+
+def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "credentials", [(f"u:{SECRET}@", ""), ("", f"&password={SECRET}")], ids=["userinfo", "query"]
+)
+def test_the_lockkit_command_hides_the_password(credentials: tuple[str, str]) -> None:
+    userinfo, query = credentials
+    url = f"redis://{userinfo}127.0.0.1:{free_port()}/0?socket_timeout=0.5{query}"
+    for verb in (["info", "k"], ["list"], ["backends"]):
+        done = _run("-m", "lockkit_core.cli", *verb, env={"LOCKKIT_URL": url})
+        assert SECRET not in done.stdout + done.stderr, (verb, done.stdout, done.stderr)
+
+
+@pytest.mark.django_db
+def test_manage_py_lockkit_check_hides_the_password() -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0?password={SECRET}&socket_timeout=0.5"
+    done = _run(
+        "-m",
+        "django",
+        "lockkit",
+        "check",
+        env={
+            "PYTHONPATH": str(TESTS),
+            "DJANGO_SETTINGS_MODULE": "djproject.settings",
+            "DJPROJECT_LOCKKIT_URL": url,
+        },
+    )
+    output = done.stdout + done.stderr
+    assert "password=***" in output, output
+    assert SECRET not in output
