@@ -150,7 +150,17 @@ def run_locked(
     except BaseException:
         outcome.release()
         raise
-    return release_with(response, outcome.release) if outcome.lock else response
+    return _end_with(response, outcome)
+
+
+def _end_with(response: HttpResponseBase, outcome: Outcome) -> HttpResponseBase:
+    """Hand the release to whatever ends the response; a stream also gets its
+    ``STREAM_MAX_HOLD``."""
+    if outcome.lock is None:
+        return response
+    if response.streaming:
+        outcome.hold_stream()
+    return release_with(response, outcome.release)
 
 
 async def arun_locked(
@@ -176,7 +186,7 @@ async def arun_locked(
         raise
     if outcome.lock is not None and not response.streaming:
         await outcome.arelease()
-    return release_with(response, outcome.release) if outcome.lock else response
+    return _end_with(response, outcome)
 
 
 def _rule(key: str | KeyFunc, **options: Any) -> RequestRule:

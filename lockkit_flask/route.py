@@ -136,9 +136,11 @@ def refuse(rule: RequestRule, outcome: Outcome) -> ResponseReturnValue:
 
 
 def hand_over(outcome: Outcome, response: Response) -> Response:
-    """Release now, or when a streamed response is closed."""
+    """Release now, or when a streamed response is closed (at the latest after
+    ``LOCKKIT_STREAM_MAX_HOLD``)."""
     if outcome.lock is not None:
         if response.is_streamed:
+            outcome.hold_stream()
             response.call_on_close(outcome.release)
         else:
             outcome.release()

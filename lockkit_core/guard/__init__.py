@@ -15,8 +15,16 @@ an RFC 9457 problem body), the log line and the count.
 Nothing here imports a web framework; Flask and Django supply the sources and the responses.
 """
 
-from .keys import KeyFunc, RequestKey, Source, UserValue
-from .problems import PROBLEM_JSON, LockStoreDown, Problem, RequestKeyMissing, RequestLocked
+from .credentials import Secret, credential_digest, credential_item
+from .keys import WEB_SOURCES, KeyFunc, RequestKey, Source, UserValue
+from .problems import (
+    PROBLEM_JSON,
+    LockStoreDown,
+    Problem,
+    RequestKeyInvalid,
+    RequestKeyMissing,
+    RequestLocked,
+)
 from .rule import (
     HTTP_METHODS,
     NOT_LOCKED,
@@ -35,6 +43,7 @@ __all__ = [
     "HTTP_METHODS",
     "NOT_LOCKED",
     "PROBLEM_JSON",
+    "WEB_SOURCES",
     "Counts",
     "GuardContext",
     "GuardSettings",
@@ -45,11 +54,15 @@ __all__ = [
     "Problem",
     "Problems",
     "RequestKey",
+    "RequestKeyInvalid",
     "RequestKeyMissing",
     "RequestLocked",
     "RequestRule",
     "Scope",
+    "Secret",
     "Source",
     "UserValue",
     "check_request_wait",
+    "credential_digest",
+    "credential_item",
 ]

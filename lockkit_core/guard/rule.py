@@ -14,6 +14,7 @@ import asyncio
 import functools
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,11 +22,19 @@ from typing import Any, Final, Literal, TypeVar
 
 from ..backends.aio import has_asyncio
 from ..config import UNSET, check_lock_ttl
-from ..errors import BackendUnavailable, ConfigError, LockNotOwned
+from ..errors import BackendUnavailable, ConfigError, LockLost, LockNotOwned
 from ..kit import LockKit
 from ..lock import Lock
+from . import deadlines
+from .credentials import Secret
 from .keys import KeyFunc, RequestKey, Source
-from .problems import LockStoreDown, Problem, RequestKeyMissing, RequestLocked
+from .problems import (
+    LockStoreDown,
+    Problem,
+    RequestKeyInvalid,
+    RequestKeyMissing,
+    RequestLocked,
+)
 from .settings import GuardSettings, check_request_wait
 
 __all__ = [
@@ -69,11 +78,14 @@ class Problems:
     busy: type[RequestLocked] = RequestLocked
     down: type[LockStoreDown] = LockStoreDown
     missing: type[RequestKeyMissing] = RequestKeyMissing
+    invalid: type[RequestKeyInvalid] = RequestKeyInvalid
 
 
 @dataclass
 class GuardContext:
-    """What one app (Flask) or one ``LOCKKIT`` value (Django) guards requests with."""
+    """What one app (Flask) or one ``LOCKKIT`` value (Django) guards requests with.
+    ``secret``: the key credentials in lock keys are hashed with (the framework's
+    ``SECRET_KEY``); without one, a template naming a credential is a ConfigError."""
 
     kit: LockKit
     settings: GuardSettings
@@ -81,6 +93,7 @@ class GuardContext:
     problems: Problems = field(default_factory=Problems)
     counts: Counts = field(default_factory=Counts)
     on_lost: list[LostHook] = field(default_factory=list)
+    secret: Secret | None = None
 
 
 @dataclass
@@ -92,39 +105,80 @@ class Outcome:
     refusal: Problem | None = None
     route: str = ""
     context: GuardContext | None = None
+    _once: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _deadline: deadlines.Deadline | None = field(default=None, repr=False)
+
+    def _take(self) -> Lock | None:
+        """The held lock, handed to exactly one caller: the stream's close and the
+        ``STREAM_MAX_HOLD`` timer may race."""
+        with self._once:
+            lock, self.lock = self.lock, None
+            deadline, self._deadline = self._deadline, None
+        if deadline is not None:
+            deadline.cancel()
+        return lock
+
+    def hold_stream(self) -> None:
+        """The response is a stream the client reads at its own pace: release the lock at
+        its close, or once ``STREAM_MAX_HOLD`` seconds have passed, whichever comes first;
+        the latter is logged, counted and told to the ``on_lost`` hooks (the rest of the
+        stream is sent unlocked)."""
+        context = self.context
+        limit = None if context is None else context.settings.stream_max_hold
+        if self.lock is None or limit is None:
+            return
+        deadline = deadlines.at(time.monotonic() + limit, lambda: self._expire(limit))
+        with self._once:
+            if self.lock is None:  # closed meanwhile
+                deadline.cancel()
+                return
+            self._deadline = deadline
+
+    def _expire(self, limit: float) -> None:
+        lock, context = self._take(), self.context
+        if lock is None or context is None:
+            return
+        context.counts.add("stream_max_hold")
+        context.log.warning(
+            "%s: lock %r released before its streamed response ended: the client read for "
+            "longer than STREAM_MAX_HOLD (%s s); the rest of the stream is sent unlocked",
+            self.route, lock.key, limit,
+        )  # fmt: skip
+        self._release(lock, context)
+        self._tell(context, lock, LockLost(lock.key, f"held past STREAM_MAX_HOLD ({limit} s)"))
 
     def release(self) -> None:
         """Give the lock back, once. A lease lost while the request ran (force-released,
         expired) or a store down at release is logged with the key, counted and told to the
         ``on_lost`` hooks; it never replaces the response, whose work is already done."""
-        lock = self._take()
-        if lock is not None:
-            try:
-                lock.release()
-            except (LockNotOwned, BackendUnavailable) as exc:
-                self._failed(lock, exc)
+        lock, context = self._take(), self.context
+        if lock is None or context is None:
+            return
+        try:
+            lock.release()
+        except (LockNotOwned, BackendUnavailable) as exc:
+            self._failed(lock, context, exc)
 
     async def arelease(self) -> None:
         """:meth:`release` from async code, on the event loop where the store has an asyncio
         API (else in a worker thread)."""
-        lock = self._take()
-        if lock is not None:
-            try:
-                await in_loop(lock, lock.arelease, lock.release)
-            except (LockNotOwned, BackendUnavailable) as exc:
-                self._failed(lock, exc)
+        lock, context = self._take(), self.context
+        if lock is None or context is None:
+            return
+        try:
+            await in_loop(lock, lock.arelease, lock.release)
+        except (LockNotOwned, BackendUnavailable) as exc:
+            self._failed(lock, context, exc)
 
-    def _take(self) -> Lock | None:
-        """The lock to give back, the first time only."""
-        lock = self.lock
-        if self.context is None:
-            return None
-        self.lock = None
-        return lock
+    def _release(self, lock: Lock, context: GuardContext) -> None:
+        try:
+            lock.release()
+        except (LockNotOwned, BackendUnavailable) as exc:
+            self._failed(lock, context, exc)
 
-    def _failed(self, lock: Lock, exc: LockNotOwned | BackendUnavailable) -> None:
-        context = self.context
-        assert context is not None
+    def _failed(
+        self, lock: Lock, context: GuardContext, exc: LockNotOwned | BackendUnavailable
+    ) -> None:
         if isinstance(exc, LockNotOwned):
             context.counts.add("lost")
             context.log.error(
@@ -254,15 +308,20 @@ class RequestRule:
         """The request's lock and how long to wait for it, or the refusal of a request whose
         key cannot be built."""
         try:
+            limit, invalid = context.settings.max_key_bytes, context.problems.invalid
             if self.key.func is not None:
                 assert callable(values)
-                key = self.key.from_func(values(self.key.func), route)
+                key = self.key.from_func(values(self.key.func), route, limit, invalid)
             else:
                 assert not callable(values)
-                key = self.key.render(route, values, context.problems.missing)
-        except RequestKeyMissing as missing:
-            context.log.info("%s refused (400): %s", route, missing)
-            return Outcome(refusal=missing, route=route)
+                key = self.key.render(
+                    route, values, context.problems.missing, secret=context.secret,
+                    max_bytes=limit, invalid=invalid,
+                )  # fmt: skip
+        except (RequestKeyMissing, RequestKeyInvalid) as bad:
+            context.counts.add("bad_request")
+            context.log.info("%s refused (400): %s", route, bad)
+            return Outcome(refusal=bad, route=route)
         if self.scope == "route":
             key = f"{route}:{key}"
         wait = context.settings.wait if self.wait is UNSET else self.wait
