@@ -4,18 +4,23 @@ The same Lua script, the same arguments and the same reading of its answers as t
 operations (:class:`~.backend.RedisBackend` builds both), sent by a ``redis.asyncio`` client
 of the running loop; driver errors become lockkit's errors through the backend's one
 translation (:meth:`~.backend.RedisBackend.failure`). Hand-over notices reach asyncio
-waiters through the backend's one listener (:class:`AsyncRedisWaiter`), never a thread each.
+waiters through the backend's one listener thread (:class:`AsyncRedisWaiter`), which wakes
+their loop; never a thread per waiter.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ...errors import BackendUnavailable
-from ..aio import AsyncOps
+from ...errors import BackendError, BackendUnavailable
+from ...sansio import arun
+from ..aio import AsyncOps, AsyncWaiter
 from ..base import Grant
+from .waiter import READY_WITHIN, Confirm, RedisWaiter
 
 if TYPE_CHECKING:
     from .backend import RedisBackend
@@ -101,8 +106,76 @@ class RedisOps(AsyncOps):
         reply = await self._call(f"adopt {key!r}", lambda: self._script(1, args), True)
         return self._backend.adopt_answer(reply)
 
+    async def waiter(self, key: str, owner: str, fair: bool) -> AsyncWaiter:
+        waiter = AsyncRedisWaiter(self, key, owner, fair)
+        await waiter.ready()
+        return waiter
+
     async def abandon(self, key: str, owner: str) -> None:
         """Leave the queue and give back any lease ``owner`` holds: an attempt cancelled on
         its way may have queued it, or taken the key."""
         args = self._backend.leave_args(key, owner)
         await self._call(f"leave the queue of {key!r}", lambda: self._script(4, args), True)
+
+
+class LoopEvent:
+    """What the listener's thread sets for an asyncio waiter: it wakes the waiter's loop."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        with contextlib.suppress(RuntimeError):  # its loop was closed: nobody is waiting
+            self._loop.call_soon_threadsafe(self._event.set)
+
+    async def wait(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for :meth:`set`, then clear it."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._event.wait()
+        self._event.clear()
+
+
+class AsyncRedisWaiter(AsyncWaiter):
+    """A :class:`RedisWaiter` (its queue entry, its notices through the backend's one
+    listener, its decisions) whose pauses and confirming attempts are awaited."""
+
+    def __init__(self, ops: RedisOps, key: str, owner: str, fair: bool) -> None:
+        self._ops = ops
+        self._event = LoopEvent()
+        self._waiter = RedisWaiter(ops._backend, key, owner, fair, self._event)
+
+    async def ready(self) -> None:
+        """Give the listener up to READY_WITHIN to subscribe (see RedisWaiter), on the loop."""
+        listener = self._waiter._listener
+        until = time.monotonic() + READY_WITHIN
+        while not listener.healthy and time.monotonic() < until:
+            await asyncio.sleep(0.001)
+
+    async def wait(self, timeout: float) -> Grant | None:
+        return await arun(self._waiter.waiting(timeout), self._step)
+
+    async def _step(self, step: float | Confirm) -> Grant | None:
+        waiter = self._waiter
+        if isinstance(step, Confirm):
+            assert waiter.ttl is not None
+            return await self._ops.try_acquire(waiter.key, waiter.owner, waiter.ttl)
+        await self._event.wait(step)
+        return None
+
+    async def close(self, acquired: bool, *, reachable: bool = True) -> None:
+        """Leave the queue now, in one round trip, so a cancelled or timed-out waiter leaves
+        nothing behind (passing on a lock handed to it meanwhile); after a failure, or if
+        the store does not answer, the backend's leaver does it once it can."""
+        waiter = self._waiter
+        waiter.forget()
+        if acquired or waiter.queued_at is None:
+            return
+        if reachable:
+            try:
+                await self._ops.abandon(waiter.key, waiter.owner)
+                return
+            except BackendError:
+                pass
+        self._ops._backend.leaver.leave(waiter.key, waiter.owner, waiter.entry_until)
