@@ -5,6 +5,7 @@ renewal, fencing, ``on_lost``, adoption), on every store that has it."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 import uuid
@@ -14,7 +15,13 @@ import pytest
 from async_support import leftovers
 
 from lockkit_core import LockKit
-from lockkit_core.errors import LockLost, LockNotOwned, LockTimeout, NotSupported
+from lockkit_core.errors import (
+    BackendUnavailable,
+    LockLost,
+    LockNotOwned,
+    LockTimeout,
+    NotSupported,
+)
 
 
 @pytest.fixture
@@ -250,3 +257,26 @@ def test_stores_without_asyncio_say_so() -> None:
 
     with pytest.raises(NotSupported, match="no asyncio API"):
         Plain(parse_url("memory://plain"), {}).aio()
+
+
+@pytest.mark.redis
+def test_a_redis_that_never_answers_raises_within_timeout_plus_socket_timeout() -> None:
+    # A listening socket nobody reads: connecting succeeds, no answer ever comes.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    port = silent.getsockname()[1]
+    url = f"redis://127.0.0.1:{port}/0?socket_timeout=0.3&socket_connect_timeout=0.3"
+    try:
+        with LockKit(url, ttl=5.0) as kit:
+
+            async def main() -> float:
+                started = time.monotonic()
+                with pytest.raises(BackendUnavailable):
+                    await kit.lock("k").aacquire(timeout=0.2)
+                return time.monotonic() - started
+
+            took = asyncio.run(main())
+    finally:
+        silent.close()
+    assert took < 0.2 + 0.3 + 0.15, f"took {took:.3f} s"
