@@ -11,7 +11,7 @@ import time
 
 import pytest
 from django.db import connections
-from django.test import AsyncClient, Client, override_settings
+from django.test import AsyncClient, Client, TestCase, override_settings
 from djproject import views
 from djproject.models import Order, Product
 
@@ -100,6 +100,33 @@ def test_under_atomic_requests_the_lock_is_released_after_the_commit(client: Cli
     assert response.json()["in_atomic"] is True  # the view ran inside the request transaction
     assert views.COMMITS == [True]  # the lock was still held when the data was committed
     assert get_kit().admin.info("atomic:a") is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_request_releases_its_lock(client: Client) -> None:
+    # Django drops on_commit callbacks on a rollback: the lock must not wait for a commit.
+    connections["default"].settings_dict["ATOMIC_REQUESTS"] = True
+    try:
+        first = client.post("/rollback/a/")
+        second = client.post("/rollback/a/")
+    finally:
+        connections["default"].settings_dict["ATOMIC_REQUESTS"] = False
+    assert (first.status_code, second.status_code) == (400, 400)
+    assert get_kit().admin.info("rollback:a") is None  # ttl=None: nothing else would free it
+
+
+@pytest.mark.django_db  # the test runs in a transaction that never commits, as in TestCase
+def test_inside_a_test_transaction_every_request_releases_its_lock(client: Client) -> None:
+    assert [client.post("/held/tc/").status_code for _ in range(2)] == [200, 200]
+    assert get_kit().admin.info("held:tc") is None
+
+
+class TestCaseRequests(TestCase):
+    """A plain django.test.TestCase, as a project's own tests use."""
+
+    def test_two_posts_to_one_locked_view_both_run(self) -> None:
+        assert self.client.post("/held/dtc/").status_code == 200
+        assert self.client.post("/held/dtc/").status_code == 200
 
 
 @pytest.mark.django_db
@@ -272,6 +299,7 @@ def test_lock_view_mixin_answers_a_busy_lock_with_its_on_busy() -> None:
     assert (response.status_code, response.content) == (202, b"queued behind refund:5")
 
 
+@pytest.mark.django_db  # response.close() sends request_finished, which closes connections
 def test_a_lost_lock_keeps_the_response_and_is_signalled() -> None:
     from django.http import HttpRequest, HttpResponse
     from django.test import RequestFactory
@@ -293,6 +321,7 @@ def test_a_lost_lock_keeps_the_response_and_is_signalled() -> None:
     try:
         before = lockkit_state().counts["lost"]
         response = refund(RequestFactory().post("/refund/9/"))
+        response.close()  # as Django's handler does: the lock ends with the response
     finally:
         lock_lost.disconnect(on_lost)
     assert (response.status_code, response.content) == (200, b"refunded")

@@ -44,6 +44,9 @@ Scope = Literal["global", "route"]
 LostHook = Callable[[Lock, str, BaseException], None]
 
 
+_RELEASING = threading.Lock()
+
+
 class Counts(Counter[str]):
     """Refused, unlocked and lost requests by event: ``busy``, ``unavailable``,
     ``fail_open``, ``lost``, ``unreleased`` (and the idempotency layer's own)."""
@@ -93,10 +96,10 @@ class Outcome:
         """Give the lock back, once. A lease lost while the request ran (force-released,
         expired) or a store down at release is logged with the key, counted and told to the
         ``on_lost`` hooks; it never replaces the response, whose work is already done."""
-        lock, context = self.lock, self.context
+        with _RELEASING:  # a close and a finalizer may race: one of them releases
+            lock, context, self.lock = self.lock, self.context, None
         if lock is None or context is None:
             return
-        self.lock = None
         try:
             lock.release()
         except LockNotOwned as exc:

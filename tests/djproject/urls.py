@@ -15,6 +15,7 @@ urlpatterns = [
     path("boom/<str:name>/", views.boom),
     path("stream/<str:name>/", views.stream),
     path("atomic/<str:name>/", views.atomic_write),
+    path("rollback/<str:name>/", views.rolled_back),
     path("sources/", views.sources),
     path("by-function/", views.by_function),
     path("async/<str:name>/", views.async_view),

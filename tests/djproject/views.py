@@ -90,6 +90,15 @@ COMMITS: list[bool] = []
 
 
 @csrf_exempt
+@lock_view("rollback:{name}", ttl=None)
+def rolled_back(request: HttpRequest, name: str) -> JsonResponse:
+    """Under ATOMIC_REQUESTS: marks the request's transaction for rollback (as DRF's
+    exception handler does) and answers 400."""
+    transaction.set_rollback(True)
+    return JsonResponse({"rolled_back": True}, status=400)
+
+
+@csrf_exempt
 @lock_view("src:{user}:{session[cart]}:{headers[X-Tenant]}:{query[q]}:{form[f]}")
 def sources(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"keys": [i.key for i in get_kit().admin.list("src:")]})
