@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from ..config import UNSET, check_lock_ttl
-from ..errors import BackendUnavailable, ConfigError, LockNotOwned
+from ..errors import BackendError, ConfigError, LockNotOwned
 from ..kit import LockKit
 from ..lock import Lock
 from .keys import KeyFunc, RequestKey, Source
@@ -94,7 +94,7 @@ class Outcome:
 
     def release(self) -> None:
         """Give the lock back, once. A lease lost while the request ran (force-released,
-        expired) or a store down at release is logged with the key, counted and told to the
+        expired) or a store failing at release is logged with the key, counted and told to the
         ``on_lost`` hooks; it never replaces the response, whose work is already done."""
         with _RELEASING:  # a close and a finalizer may race: one of them releases
             lock, context, self.lock = self.lock, self.context, None
@@ -109,7 +109,7 @@ class Outcome:
                 "meanwhile; the response stands): %s", self.route, lock.key, exc,
             )  # fmt: skip
             self._tell(context, lock, exc)
-        except BackendUnavailable as exc:
+        except BackendError as exc:  # down, demoted, or any other store failure
             context.counts.add("unreleased")
             context.log.error(
                 "%s: lock %r not released, the store is down (it frees within its ttl): %s",
@@ -205,7 +205,7 @@ class RequestRule:
         lock = context.kit.lock(key, ttl=self.ttl, reentrant=False)
         try:
             acquired = lock.acquire(timeout=wait)
-        except BackendUnavailable as exc:
+        except BackendError as exc:  # down, demoted, or any other store failure
             if self.fail_open:
                 context.counts.add("fail_open")
                 context.log.warning(
