@@ -136,10 +136,8 @@ class LockKit:
             kit, guard_settings, log, PROBLEMS, on_lost=[_signal_lost(app)]
         )
         # @lock_route written above @app.route leaves the bare view registered: the app's
-        # view functions swap it for the locked one (also those registered before now).
-        views = ViewFunctions(app.view_functions)
-        views.adopt()
-        app.view_functions = views
+        # view functions find its locked wrapper (also for views registered before now).
+        app.view_functions = ViewFunctions(app.view_functions)
         # Not on app-context teardown: that runs after every request. The kit lives as long
         # as its app; weakref.finalize also runs at interpreter exit.
         weakref.finalize(app, kit.close)

@@ -3,9 +3,9 @@ same for every view of a blueprint. Every decision is the core guard's
 (:mod:`lockkit_core.guard`); this module supplies Flask's request and answers.
 
 ``@lock_route`` works written under ``@app.route`` (it wraps the view) and above it: the
-route was then registered with the bare view, and the view is swapped for its wrapper in
-``app.view_functions`` (see :class:`ViewFunctions`), so both orders run the same code and a
-request pays nothing for the check. The lock covers the whole response: it is released when
+route was then registered with the bare view, and the extension's ``app.view_functions``
+(see :class:`ViewFunctions`) finds the wrapper when a request looks the view up, so both
+orders run the same code. The lock covers the whole response: it is released when
 the view returns or raises or, for a streamed response, when the stream is closed
 (``Response.call_on_close``). The view finds it in ``g.lockkit_lock``.
 """
@@ -17,7 +17,6 @@ import contextlib
 import functools
 import inspect
 import warnings
-import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
 
@@ -37,44 +36,24 @@ F = TypeVar("F", bound=Callable[..., Any])
 OnBusy = Callable[[Any, RequestLocked], ResponseReturnValue]
 _OUTCOMES = "_lockkit_outcomes"
 
-#: The attribute of a bare view that holds the wrapper ``@lock_route`` made of it (on the
-#: function, not in a weak map: the wrapper refers to the view, which would keep it alive).
+#: The attribute of a view that holds the wrapper ``@lock_route`` made of it (on the
+#: function, not in a map: nothing outlives the view, however many apps register it).
 _WRAPPER = "__lockkit_wrapper__"
-#: Where each bare view is registered: an app's view functions and the endpoint.
-_registered: weakref.WeakKeyDictionary[
-    Callable[..., Any], list[tuple[weakref.ref[ViewFunctions], str]]
-] = weakref.WeakKeyDictionary()
 
 
 class ViewFunctions(dict[str, Callable[..., Any]]):
-    """``app.view_functions`` of an app with the extension: a view ``@lock_route`` has
-    decorated is registered as its wrapper, and a view registered before ``@lock_route``
-    decorated it (the decorator written above ``@app.route``) is swapped for the wrapper
-    then. Either way the route is locked, and no request pays for the check."""
+    """``app.view_functions`` of an app with the extension. A view is stored as registered;
+    looking it up for a request follows it to the wrapper ``@lock_route`` made of it. So a
+    view registered before ``@lock_route`` decorated it (the decorator written above
+    ``@app.route``, or above several stacked ``@bp.route``) is locked, stacked
+    ``@lock_route`` decorators all apply, and Flask's check that a second registration of
+    an endpoint names the same view still compares the views as registered."""
 
-    def __setitem__(self, endpoint: str, view: Callable[..., Any]) -> None:
-        wrapper = getattr(view, _WRAPPER, None)
-        if wrapper is None:
-            # A view that takes no weak reference (a builtin) is never one of ours.
-            with contextlib.suppress(TypeError):
-                _registered.setdefault(view, []).append((weakref.ref(self), endpoint))
-        super().__setitem__(endpoint, view if wrapper is None else wrapper)
-
-    def adopt(self) -> None:
-        """Swap every view already registered that ``@lock_route`` has decorated."""
-        for endpoint, view in list(self.items()):
-            self[endpoint] = view
-
-
-def _swap_registered(view: Callable[..., Any], wrapper: Callable[..., Any]) -> None:
-    try:
-        setattr(view, _WRAPPER, wrapper)
-    except AttributeError:  # a callable object without a __dict__: registered by hand
-        return
-    for ref, endpoint in _registered.pop(view, []):
-        views = ref()
-        if views is not None and views.get(endpoint) is view:
-            dict.__setitem__(views, endpoint, wrapper)
+    def __getitem__(self, endpoint: str) -> Callable[..., Any]:
+        view = super().__getitem__(endpoint)
+        while (wrapper := getattr(view, _WRAPPER, None)) is not None:
+            view = wrapper
+        return view
 
 
 def _on_busy(on_busy: Callable[..., Any] | None) -> OnBusy | None:
@@ -200,7 +179,10 @@ def lock_route(
     def decorate(view: F) -> F:
         rule.key.check_view(view)
         wrapper = _wrap(rule, view)
-        _swap_registered(view, wrapper)
+        # functools.wraps copied the view's __dict__: a wrapper must not point at itself.
+        wrapper.__dict__.pop(_WRAPPER, None)
+        with contextlib.suppress(AttributeError):  # an object without a __dict__
+            setattr(view, _WRAPPER, wrapper)
         return cast(F, wrapper)
 
     return decorate
