@@ -6,7 +6,8 @@ lockkit.E001   the URL is malformed or names an unknown scheme
 lockkit.E002   the backend's extra is not installed
 lockkit.E003   a malformed setting, option or middleware rule
 lockkit.E004   (``--deploy``) the lock store cannot be reached
-lockkit.E005   a ``LockViewMixin``'s ``lock_key`` names a URL argument its route lacks
+lockkit.E005   a locked view's key names a URL argument its route does not capture
+lockkit.E006   ``ttl=None`` (no lease) on a store that needs a lease
 lockkit.W001   ``memory://``: each process has its own locks
 lockkit.W002   a lock ttl shorter than the server's request timeout, without renewal
 lockkit.W003   the default ``file://`` temp directory with ``DEBUG=False``
@@ -25,6 +26,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from lockkit_core import BackendNotInstalled, BackendUnavailable, ConfigError, LockKitError
+from lockkit_core.guard import RequestRule
 from lockkit_core.registry import _check_installed, backend_class
 from lockkit_core.url import parse_url
 
@@ -218,43 +220,78 @@ def check_deploy(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     return []
 
 
+def _view_rules(callback: Any) -> list[tuple[str, RequestRule]]:
+    """The rules a URL pattern's view runs under, each with the name to report: a
+    ``@lock_view`` function (also around ``View.as_view()``), a ``dispatch`` decorated with
+    ``method_decorator(lock_view(...))``, a ``LockViewMixin``."""
+    from .views import RULE, LockViewMixin
+
+    found: list[tuple[str, RequestRule]] = []
+    rule = getattr(callback, RULE, None)
+    if isinstance(rule, RequestRule):
+        found.append((getattr(callback, "__qualname__", repr(callback)), rule))
+    view = getattr(callback, "view_class", None)
+    if isinstance(view, type):
+        rule = getattr(getattr(view, "dispatch", None), RULE, None)
+        if isinstance(rule, RequestRule):
+            found.append((f"{view.__qualname__}.dispatch", rule))
+        if issubclass(view, LockViewMixin) and view.lock_key is not None:
+            found.append((f"{view.__qualname__}.lock_key", view.lock_rule()))
+    return found
+
+
 @register(Tags.urls)
 def check_view_keys(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """E005: a class-based view's ``lock_key`` names a URL argument that a route serving it
-    does not capture (``@lock_view`` checks the function's parameters when it decorates)."""
+    """Walk the URLs: E005, a locked view's key names a URL argument its route does not
+    capture; E006, a view's or a middleware rule's ``ttl=None`` on a store that needs a
+    lease. (``@lock_view`` checks a function's own parameters when it decorates.)"""
     from django.urls import URLResolver, get_resolver
 
-    from .views import LockViewMixin
-
     found: list[CheckMessage] = []
+    try:
+        kit = lockkit_state().kit
+    except ConfigError:
+        kit = None  # check_settings reports it
+
+    def check_store(rule: RequestRule, where: str) -> None:
+        if kit is None:
+            return
+        try:
+            rule.check_store(kit, where)
+        except ConfigError as exc:
+            found.append(
+                Error(str(exc), hint="Give the rule a ttl, or use a store that holds locks "
+                      "without a lease.", id="lockkit.E006")
+            )  # fmt: skip
 
     def walk(patterns: Any, captured: frozenset[str]) -> None:
         for entry in patterns:
             names = captured | set(entry.pattern.regex.groupindex)
+            names |= set(getattr(entry, "default_args", None) or ())  # path(..., kwargs=)
             if isinstance(entry, URLResolver):
                 walk(entry.url_patterns, names)
                 continue
-            view = getattr(entry.callback, "view_class", None)
-            if not (isinstance(view, type) and issubclass(view, LockViewMixin)):
-                continue
-            if view.lock_key is None:
-                continue
             try:
-                fields = view.lock_rule().key.url_fields()
+                rules = _view_rules(entry.callback)
             except ConfigError as exc:
-                found.append(Error(f"{view.__qualname__}: {exc}", id="lockkit.E005"))
+                found.append(Error(str(exc), id="lockkit.E005"))
                 continue
-            missing = [f for f in fields if f not in names]
-            if missing:
-                found.append(
-                    Error(
-                        f"{view.__qualname__}.lock_key {view.lock_key!r} names "
-                        f"{', '.join(missing)}, which the URL pattern {str(entry.pattern)!r} "
-                        f"does not capture (it captures: {', '.join(sorted(names)) or 'none'})",
-                        hint="Fix the key template, or capture the argument in the URL.",
-                        id="lockkit.E005",
+            for name, rule in rules:
+                check_store(rule, name)
+                missing = [f for f in rule.key.url_fields() if f not in names]
+                if missing:
+                    found.append(
+                        Error(
+                            f"{name} {rule.key.template!r} names {', '.join(missing)}, which "
+                            f"the URL pattern {str(entry.pattern)!r} does not capture (it "
+                            f"captures: {', '.join(sorted(names)) or 'none'})",
+                            hint="Fix the key template, or capture the argument in the URL.",
+                            id="lockkit.E005",
+                        )
                     )
-                )
 
     walk(get_resolver().url_patterns, frozenset())
+    if kit is not None:
+        for i, rule in enumerate(lockkit_state().settings.rules):
+            check_store(rule, f"LOCKKIT['MIDDLEWARE']['RULES'][{i}] ({rule.path.pattern!r})")
     return found

@@ -47,7 +47,10 @@ from .problems import mark_refusal, problem_response
 from .release import release_with
 from .sources import SOURCES, values
 
-__all__ = ["LockViewMixin", "OnBusy", "arun_locked", "lock_view", "run_locked"]
+__all__ = ["RULE", "LockViewMixin", "OnBusy", "arun_locked", "lock_view", "run_locked"]
+
+#: The rule of a ``@lock_view`` wrapper, read by the system checks that walk the URLs.
+RULE = "lockkit_rule"
 
 V = TypeVar("V", bound=Callable[..., Any])
 OnBusy = Callable[[HttpRequest, RequestLocked], HttpResponseBase]
@@ -169,6 +172,7 @@ def lock_view(
                 call = functools.partial(view, request, *args, **kwargs)
                 return await arun_locked(rule, request, kwargs, call, _route(request, name))
 
+            setattr(locked_async, RULE, rule)
             return cast(V, locked_async)
 
         @functools.wraps(view)
@@ -176,6 +180,7 @@ def lock_view(
             call = functools.partial(view, request, *args, **kwargs)
             return run_locked(rule, request, kwargs, call, _route(request, name))
 
+        setattr(locked, RULE, rule)
         return cast(V, locked)
 
     return decorate

@@ -20,12 +20,15 @@ from lockkit_core.semaphore import Semaphore
 from lockkit_core.store_warnings import unshared_store_warnings
 
 from .errors import PROBLEMS
+from .view_functions import ViewFunctions
 
-__all__ = ["EXTENSION_KEY", "LockKit", "LockKitState", "lock_lost", "state_of"]
+__all__ = ["BLUEPRINT_RULES", "EXTENSION_KEY", "LockKit", "LockKitState", "lock_lost", "state_of"]
 
 log = logging.getLogger("lockkit.flask")
 
 EXTENSION_KEY: Final = "lockkit"
+#: The attribute of a blueprint that lists its ``lock_blueprint`` rules.
+BLUEPRINT_RULES: Final = "lockkit_rules"
 _CORE_SETTINGS = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
 
 #: Sent (sender: the app; ``lock``, ``route``, ``error``) when a route's lock was lost while
@@ -111,8 +114,6 @@ class LockKit:
 
     def init_app(self, app: Flask) -> None:
         """Read the app's settings and open its kit (no connection is made until first use)."""
-        from .route import ViewFunctions
-
         if EXTENSION_KEY in app.extensions:
             raise ConfigError(f"lockkit is already set up on the Flask app {app.name!r}")
         settings = app.config.get_namespace("LOCKKIT_", lowercase=False, trim_namespace=True)
@@ -132,12 +133,21 @@ class LockKit:
         for warning in unshared_store_warnings(config, url_given=url_given, setting="LOCKKIT_URL"):
             log.warning("%s (Flask app %r)", warning, app.name)
         kit = CoreKit(config=config)
+        try:
+            # @lock_route written above @app.route leaves the bare view registered: the
+            # app's view functions find its locked wrapper (also for views registered
+            # before now), and check every rule against the store.
+            views = ViewFunctions(app.view_functions, kit)
+            for blueprint in app.blueprints.values():
+                for rule in getattr(blueprint, BLUEPRINT_RULES, ()):
+                    rule.check_store(kit, f"blueprint {blueprint.name!r}")
+        except ConfigError:
+            kit.close()
+            raise
+        app.view_functions = views
         app.extensions[EXTENSION_KEY] = LockKitState(
             kit, guard_settings, log, PROBLEMS, on_lost=[_signal_lost(app)]
         )
-        # @lock_route written above @app.route leaves the bare view registered: the app's
-        # view functions find its locked wrapper (also for views registered before now).
-        app.view_functions = ViewFunctions(app.view_functions)
         # Not on app-context teardown: that runs after every request. The kit lives as long
         # as its app; weakref.finalize also runs at interpreter exit.
         weakref.finalize(app, kit.close)

@@ -13,7 +13,6 @@ the view returns or raises or, for a streamed response, when the stream is close
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import inspect
 import warnings
@@ -21,39 +20,22 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
 
 from flask import Blueprint, Response, current_app, g, request
+from flask.sansio.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 
 from lockkit_core.config import UNSET
-from lockkit_core.guard import NOT_LOCKED, Outcome, RequestRule, Scope
+from lockkit_core.guard import NOT_LOCKED, GuardContext, Outcome, RequestRule, Scope
 
 from .errors import RequestLocked
-from .extension import state_of
+from .extension import BLUEPRINT_RULES, EXTENSION_KEY, state_of
 from .sources import ALL_SOURCES, Values, check_template
+from .view_functions import ViewFunctions, attach
 
 __all__ = ["OnBusy", "ViewFunctions", "lock_blueprint", "lock_route"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 OnBusy = Callable[[Any, RequestLocked], ResponseReturnValue]
 _OUTCOMES = "_lockkit_outcomes"
-
-#: The attribute of a view that holds the wrapper ``@lock_route`` made of it (on the
-#: function, not in a map: nothing outlives the view, however many apps register it).
-_WRAPPER = "__lockkit_wrapper__"
-
-
-class ViewFunctions(dict[str, Callable[..., Any]]):
-    """``app.view_functions`` of an app with the extension. A view is stored as registered;
-    looking it up for a request follows it to the wrapper ``@lock_route`` made of it. So a
-    view registered before ``@lock_route`` decorated it (the decorator written above
-    ``@app.route``, or above several stacked ``@bp.route``) is locked, stacked
-    ``@lock_route`` decorators all apply, and Flask's check that a second registration of
-    an endpoint names the same view still compares the views as registered."""
-
-    def __getitem__(self, endpoint: str) -> Callable[..., Any]:
-        view = super().__getitem__(endpoint)
-        while (wrapper := getattr(view, _WRAPPER, None)) is not None:
-            view = wrapper
-        return view
 
 
 def _on_busy(on_busy: Callable[..., Any] | None) -> OnBusy | None:
@@ -179,10 +161,7 @@ def lock_route(
     def decorate(view: F) -> F:
         rule.key.check_view(view)
         wrapper = _wrap(rule, view)
-        # functools.wraps copied the view's __dict__: a wrapper must not point at itself.
-        wrapper.__dict__.pop(_WRAPPER, None)
-        with contextlib.suppress(AttributeError):  # an object without a __dict__
-            setattr(view, _WRAPPER, wrapper)
+        attach(view, wrapper, rule)
         return cast(F, wrapper)
 
     return decorate
@@ -212,6 +191,12 @@ def _teardown_hook(_exc: BaseException | None) -> None:
         outcome.release()
 
 
+def _check_registered(rule: RequestRule, setup: BlueprintSetupState) -> None:
+    state = setup.app.extensions.get(EXTENSION_KEY)
+    if isinstance(state, GuardContext):
+        rule.check_store(state.kit, f"blueprint {setup.blueprint.name!r}")
+
+
 def lock_blueprint(
     blueprint: Blueprint,
     key: str | Callable[[], str],
@@ -228,6 +213,10 @@ def lock_blueprint(
     rule = _rule(
         key, on_busy, wait=wait, ttl=ttl, methods=methods, scope=scope, fail_open=fail_open
     )
+    # Checked against each app's store as the blueprint is registered (or, registered
+    # before the extension, when the extension is set up).
+    blueprint.__dict__.setdefault(BLUEPRINT_RULES, []).append(rule)
+    blueprint.record(functools.partial(_check_registered, rule))
     blueprint.before_request(functools.partial(_enter_hook, rule))
     blueprint.after_request(_leave_hook)
     blueprint.teardown_request(_teardown_hook)

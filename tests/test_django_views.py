@@ -112,7 +112,7 @@ def test_a_rolled_back_request_releases_its_lock(client: Client) -> None:
     finally:
         connections["default"].settings_dict["ATOMIC_REQUESTS"] = False
     assert (first.status_code, second.status_code) == (400, 400)
-    assert get_kit().admin.info("rollback:a") is None  # ttl=None: nothing else would free it
+    assert get_kit().admin.info("rollback:a") is None  # not left to its 60 s lease
 
 
 @pytest.mark.django_db  # the test runs in a transaction that never commits, as in TestCase

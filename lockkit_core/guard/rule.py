@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from ..backends.base import Capability
 from ..config import UNSET, check_lock_ttl
 from ..errors import BackendError, ConfigError, LockNotOwned
 from ..kit import LockKit
@@ -173,6 +174,17 @@ class RequestRule:
 
     def __repr__(self) -> str:
         return f"RequestRule({self.key.template or self.key.func!r})"
+
+    def check_store(self, kit: LockKit, where: str) -> None:
+        """A ConfigError naming ``where`` if this rule cannot lock on ``kit``'s store, so
+        the app fails when it is set up rather than on every request (no I/O)."""
+        if self.ttl is None and Capability.NO_LEASE not in kit.backend.capabilities:
+            raise ConfigError(
+                f"{where}: ttl=None (no lease) cannot be held on the "
+                f"{kit.backend.url.scheme}:// store, which frees a lock only when its lease "
+                "runs out; give a ttl (it is renewed while the request runs), or use "
+                "memory:// or file://"
+            )
 
     def applies(self, context: GuardContext, method: str) -> bool:
         """Whether a request with ``method`` locks at all (no I/O)."""

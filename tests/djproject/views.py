@@ -90,7 +90,7 @@ COMMITS: list[bool] = []
 
 
 @csrf_exempt
-@lock_view("rollback:{name}", ttl=None)
+@lock_view("rollback:{name}", ttl=60)
 def rolled_back(request: HttpRequest, name: str) -> JsonResponse:
     """Under ATOMIC_REQUESTS: marks the request's transaction for rollback (as DRF's
     exception handler does) and answers 400."""
