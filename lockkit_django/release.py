@@ -47,11 +47,17 @@ def release_with(response: HttpResponseBase, release: Callable[[], None]) -> Htt
     every response after the view's transaction committed or rolled back, and a server
     closes a stream when its bytes are sent or the client goes away. A response a later
     middleware replaces is never closed: it releases when it is dropped."""
-    close = response.close
+    # No strong reference from the wrapper back to the response: that cycle would keep a
+    # replaced response (and the lock) alive until the garbage collector runs.
+    own = response.__dict__.get("close")  # a wrapper set on this response before ours
+    ref = weakref.ref(response)
 
     def close_then_release() -> None:
         try:
-            close()
+            if own is not None:
+                own()
+            elif (live := ref()) is not None:
+                type(live).close(live)
         finally:
             release()
 

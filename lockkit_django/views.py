@@ -22,25 +22,26 @@ event loop.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, TypeVar, cast
 
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponseBase
 
-from lockkit_core import ConfigError
+from lockkit_core import ConfigError, Lock
 from lockkit_core.config import UNSET
 from lockkit_core.guard import (
-    NOT_LOCKED,
     GuardContext,
     KeyFunc,
     Outcome,
+    Problem,
     RequestLocked,
     RequestRule,
     Scope,
 )
+from lockkit_core.guard.run import Hooks, Values, arun, run
 
 from .conf import lockkit_state
 from .problems import mark_refusal, problem_response
@@ -61,30 +62,53 @@ def _route(request: HttpRequest, default: str) -> str:
     return getattr(match, "view_name", None) or default
 
 
-def begin(
-    rule: RequestRule,
-    request: HttpRequest,
-    url_kwargs: Mapping[str, Any],
-    route: str,
-    guard: GuardContext | None = None,
-) -> Outcome | HttpResponseBase:
-    """The guard's outcome for ``request`` (may wait: a worker thread from async code), or
-    the response refusing it; the held lock is ``request.lockkit_lock``. ``guard``: the
-    context of ``settings.LOCKKIT``, if the caller has it already."""
-    guard = guard or lockkit_state().guard
-    if not rule.applies(guard, request.method or ""):
-        return NOT_LOCKED
+def _refuse(problem: Problem, answer: Any) -> HttpResponseBase:
+    return problem_response(problem) if answer is None else mark_refusal(answer)
+
+
+def _hooks(request: HttpRequest) -> Hooks[HttpResponseBase]:
+    def expose(lock: Lock | None) -> None:
+        request.lockkit_lock = lock  # type: ignore[attr-defined]
+
+    return Hooks(refuse=_refuse, expose=expose, attach=_attach)
+
+
+def _attach(response: HttpResponseBase, outcome: Outcome) -> HttpResponseBase:
+    return release_with(response, outcome.release)
+
+
+def _values(rule: RequestRule, request: HttpRequest, url_kwargs: Mapping[str, Any]) -> Values:
     if rule.key.func is not None:
-        outcome = rule.decide(guard, route, lambda func: func(request, **url_kwargs))
-    else:
-        outcome = rule.decide(guard, route, values(request, url_kwargs, rule.key.fields))
-    refusal = outcome.refusal
-    if refusal is None:
-        request.lockkit_lock = outcome.lock  # type: ignore[attr-defined]
-        return outcome
-    if isinstance(refusal, RequestLocked) and rule.on_busy is not None:
-        return mark_refusal(rule.on_busy(request, refusal))
-    return problem_response(refusal)
+        return lambda func: func(request, **url_kwargs)
+    return _Lazy(functools.partial(values, request, url_kwargs, rule.key.fields))
+
+
+class _Lazy(Mapping[str, Any]):
+    """The sources, read when the key is built (from async code: in the request's thread)."""
+
+    def __init__(self, read: Callable[[], dict[str, Any]]) -> None:
+        self._read = read
+        self._found: dict[str, Any] | None = None
+
+    def _values(self) -> dict[str, Any]:
+        if self._found is None:
+            self._found = self._read()
+        return self._found
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values())
+
+    def __len__(self) -> int:
+        return len(self._values())
+
+
+async def _read(read: Callable[[], str | Outcome]) -> str | Outcome:
+    # The user and the session may query the database: in the request's own thread, where
+    # Django manages connections, never in a plain worker thread.
+    return await sync_to_async(read, thread_sensitive=True)()
 
 
 def run_locked(
@@ -95,16 +119,11 @@ def run_locked(
     route: str,
     guard: GuardContext | None = None,
 ) -> HttpResponseBase:
-    """Run ``call`` under ``rule``'s lock for ``request``."""
-    outcome = begin(rule, request, url_kwargs, route, guard)
-    if not isinstance(outcome, Outcome):
-        return outcome
-    try:
-        response = call()
-    except BaseException:
-        outcome.release()
-        raise
-    return release_with(response, outcome.release) if outcome.lock else response
+    """Run ``call`` under ``rule``'s lock for ``request``; ``guard``: the context of
+    ``settings.LOCKKIT``, if the caller has it already."""
+    guard = guard or lockkit_state().guard
+    vals = _values(rule, request, url_kwargs)
+    return run(rule, guard, request, route, vals, call, _hooks(request))
 
 
 async def arun_locked(
@@ -115,21 +134,10 @@ async def arun_locked(
     route: str,
     guard: GuardContext | None = None,
 ) -> HttpResponseBase:
-    """:func:`run_locked` for async code: the store round trips run in a worker thread."""
+    """:func:`run_locked` for async code."""
     guard = guard or lockkit_state().guard
-    if not rule.applies(guard, request.method or ""):
-        return await call()
-    outcome = await asyncio.to_thread(begin, rule, request, url_kwargs, route, guard)
-    if not isinstance(outcome, Outcome):
-        return outcome
-    try:
-        response = await call()
-    except BaseException:
-        await asyncio.to_thread(outcome.release)
-        raise
-    if outcome.lock is not None and not response.streaming:
-        await asyncio.to_thread(outcome.release)
-    return release_with(response, outcome.release) if outcome.lock else response
+    vals = _values(rule, request, url_kwargs)
+    return await arun(rule, guard, request, route, vals, call, _hooks(request), _read)
 
 
 def _rule(key: str | KeyFunc, **options: Any) -> RequestRule:

@@ -20,6 +20,7 @@ from lockkit_core.semaphore import Semaphore
 from lockkit_core.store_warnings import unshared_store_warnings
 
 from .errors import PROBLEMS
+from .release import watch
 from .view_functions import ViewFunctions
 
 __all__ = ["BLUEPRINT_RULES", "EXTENSION_KEY", "LockKit", "LockKitState", "lock_lost", "state_of"]
@@ -145,6 +146,7 @@ class LockKit:
             kit.close()
             raise
         app.view_functions = views
+        watch(app)
         app.extensions[EXTENSION_KEY] = LockKitState(
             kit, guard_settings, log, PROBLEMS, on_lost=[_signal_lost(app)]
         )

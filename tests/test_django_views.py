@@ -8,6 +8,7 @@ import json
 import logging
 import threading
 import time
+from typing import Any
 
 import pytest
 from django.db import connections
@@ -127,6 +128,44 @@ class TestCaseRequests(TestCase):
     def test_two_posts_to_one_locked_view_both_run(self) -> None:
         assert self.client.post("/held/dtc/").status_code == 200
         assert self.client.post("/held/dtc/").status_code == 200
+
+
+def test_request_lockkit_lock_is_none_when_the_request_does_not_lock(client: Client) -> None:
+    assert client.post("/maybe/a/").json() == {"locked": True}
+    assert client.get("/maybe/a/").json() == {"locked": False}  # methods=["POST"]
+    with override_settings(LOCKKIT={"URL": "memory://off", "ENABLED": False}):
+        assert client.post("/maybe/a/").json() == {"locked": False}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_view_reads_user_and_session_in_the_request_thread() -> None:
+    # A connection opened in a plain worker thread is outside the request cycle: Django
+    # never closes it (CONN_MAX_AGE, close_old_connections do not apply there).
+    from django.contrib.auth.models import User
+    from django.db.backends.signals import connection_created
+
+    user = User.objects.create_user("cat", password="pw")
+    opened_in: list[str] = []
+
+    def opened(sender: object, connection: object, **_: object) -> None:
+        opened_in.append(threading.current_thread().name)
+
+    async def go() -> object:
+        client = AsyncClient()
+        await client.aforce_login(user)
+        session = await client.asession()
+        await session.aset("cart", "c7")
+        await session.asave()
+        connections.close_all()
+        connection_created.connect(opened)
+        try:
+            return await client.post("/async-user/")
+        finally:
+            connection_created.disconnect(opened)
+
+    response = asyncio.run(go())
+    assert response.json() == {"key": f"auser:{user.pk}:c7"}  # type: ignore[attr-defined]
+    assert not [name for name in opened_in if name.startswith("asyncio")], opened_in
 
 
 @pytest.mark.django_db
@@ -363,3 +402,28 @@ def test_a_mixin_key_naming_what_its_url_does_not_capture_fails_the_checks() -> 
     assert len(found) == 1, found
     assert "Refund" in found[0].msg
     assert "ordr_id" in found[0].msg
+
+
+class ReplaceStreams:
+    """A middleware that answers in place of a streamed response (and never closes it)."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        response = self.get_response(request)
+        if getattr(response, "streaming", False):
+            from django.http import HttpResponse
+
+            return HttpResponse("replaced")
+        return response
+
+
+@pytest.mark.django_db
+def test_a_stream_a_middleware_replaces_releases_its_lock(client: Client) -> None:
+    from django.conf import settings
+
+    with override_settings(MIDDLEWARE=[*settings.MIDDLEWARE, f"{__name__}.ReplaceStreams"]):
+        response = client.get("/stream/r/")
+    assert response.content == b"replaced"
+    assert get_kit().admin.info("stream:r") is None

@@ -28,7 +28,6 @@ from .settings import GuardSettings, check_request_wait
 
 __all__ = [
     "HTTP_METHODS",
-    "NOT_LOCKED",
     "Counts",
     "GuardContext",
     "LostHook",
@@ -126,9 +125,6 @@ class Outcome:
                 context.log.exception("an on_lost hook failed for lock %r", lock.key)
 
 
-NOT_LOCKED: Final = Outcome()
-
-
 class RequestRule:
     """Lock requests on ``key``; ``wait`` seconds (default: the ``WAIT`` setting) before a
     busy lock answers 409. See :class:`~lockkit_core.guard.RequestKey` for templates."""
@@ -201,6 +197,17 @@ class RequestRule:
         template reads, or a function that calls the key function with the framework's
         arguments. The outcome is held, refused (busy, store down, value missing) or, for a
         rule that fails open on a store that is down, not locked."""
+        key = self.key_for(context, route, values)
+        return key if isinstance(key, Outcome) else self.acquire(context, route, key)
+
+    def key_for(
+        self,
+        context: GuardContext,
+        route: str,
+        values: Mapping[str, Any] | Callable[[KeyFunc], object],
+    ) -> str | Outcome:
+        """The request's lock key, or the 400 refusal for a value the client did not send.
+        Reads the request's sources (a user, a session: maybe the database), no lock I/O."""
         try:
             if self.key.func is not None:
                 assert callable(values)
@@ -211,8 +218,10 @@ class RequestRule:
         except RequestKeyMissing as missing:
             context.log.info("%s refused (400): %s", route, missing)
             return Outcome(refusal=missing, route=route)
-        if self.scope == "route":
-            key = f"{route}:{key}"
+        return f"{route}:{key}" if self.scope == "route" else key
+
+    def acquire(self, context: GuardContext, route: str, key: str) -> Outcome:
+        """Try the lock on ``key``, waiting up to the rule's wait (lock I/O only)."""
         wait = context.settings.wait if self.wait is UNSET else self.wait
         lock = context.kit.lock(key, ttl=self.ttl, reentrant=False)
         try:

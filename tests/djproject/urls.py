@@ -17,6 +17,8 @@ urlpatterns = [
     path("atomic/<str:name>/", views.atomic_write),
     path("rollback/<str:name>/", views.rolled_back),
     path("sources/", views.sources),
+    path("maybe/<str:name>/", views.maybe_locked),
+    path("async-user/", views.async_user),
     path("by-function/", views.by_function),
     path("async/<str:name>/", views.async_view),
     path("cbv/<str:name>/", views.DecoratedView.as_view()),

@@ -119,6 +119,20 @@ async def async_view(request: HttpRequest, name: str) -> JsonResponse:
     return JsonResponse({"held": info is not None})
 
 
+@csrf_exempt
+@lock_view("maybe:{name}", methods=["POST"])
+def maybe_locked(request: HttpRequest, name: str) -> JsonResponse:
+    """Reads request.lockkit_lock whether or not this request locked."""
+    return JsonResponse({"locked": request.lockkit_lock is not None})  # type: ignore[attr-defined]
+
+
+@csrf_exempt
+@lock_view("auser:{user}:{session[cart]}")
+async def async_user(request: HttpRequest) -> JsonResponse:
+    """An async view whose key reads the user and the session (database queries)."""
+    return JsonResponse({"key": request.lockkit_lock.key})  # type: ignore[attr-defined]
+
+
 @method_decorator(csrf_exempt, name="dispatch")
 @method_decorator(lock_view("cbv:{name}", methods=["POST"]), name="dispatch")
 class DecoratedView(View):
