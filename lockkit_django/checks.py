@@ -117,7 +117,10 @@ def _warnings(parsed: AdapterSettings, raw: Any) -> list[CheckMessage]:
                     )
                 )
     found.extend(_idempotency_warnings(parsed, raw))
-    url_given = isinstance(raw, dict) and any(str(k).upper() == "URL" for k in raw)
+    # None (os.environ.get of an unset variable) is no URL: the default applies.
+    url_given = isinstance(raw, dict) and any(
+        str(k).upper() == "URL" and v is not None for k, v in raw.items()
+    )
     if scheme == "file" and not url_given and not settings.DEBUG:
         found.append(
             Warning(

@@ -130,7 +130,11 @@ class LockKit:
         guard = {k: settings.get(k, UNSET) for k in GUARD_SETTINGS}
         guard.update({k: v for k, v in self._guard_overrides.items() if v is not UNSET})
         guard_settings = GuardSettings.from_mapping(guard, "LOCKKIT_{}")
-        url_given = "URL" in settings or self._core_overrides["url"] is not UNSET
+        # None (os.environ.get of an unset variable) is no URL: the default applies.
+        url_given = settings.get("URL") is not None or self._core_overrides["url"] not in (
+            UNSET,
+            None,
+        )
         for warning in unshared_store_warnings(config, url_given=url_given, setting="LOCKKIT_URL"):
             log.warning("%s (Flask app %r)", warning, app.name)
         kit = CoreKit(config=config)
