@@ -219,6 +219,7 @@ class Lock:
             if use is None:
                 use = self._local.use = [hold, 0]
                 hold.handles.append(weakref.ref(self))
+                self.kit.holds.tie(hold, self)
             use[1] += 1
             return True
 

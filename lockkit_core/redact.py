@@ -42,8 +42,8 @@ def redact_url(url: str) -> str:
     # The authority runs to the first '/', '?' or '#'; its userinfo to its last '@' (a raw
     # '@' in a password must not leave the password's tail behind).
     end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    colon = rest.find(":")
-    if "@" not in rest[:end] and 0 <= colon < end and "@" in rest[end:]:
+    first_colon = rest.find(":")
+    if "@" not in rest[:end] and 0 <= first_colon < end and "@" in rest[end:]:
         # A raw '/', '?' or '#' in a password ends the authority too early: with a user
         # and a ':' before it and an '@' after it, the userinfo runs to the last '@' before
         # the '/' that follows the first such '@' (an '@' in the path or query then may
