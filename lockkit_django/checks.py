@@ -229,18 +229,20 @@ def _view_rules(callback: Any) -> list[tuple[str, RequestRule]]:
     ``method_decorator(lock_view(...))``, a ``LockViewMixin``."""
     from .views import RULE, LockViewMixin
 
-    found: list[tuple[str, RequestRule]] = []
-    rule = getattr(callback, RULE, None)
-    if isinstance(rule, RequestRule):
-        found.append((getattr(callback, "__qualname__", repr(callback)), rule))
+    found: dict[int, tuple[str, RequestRule]] = {}
     view = getattr(callback, "view_class", None)
     if isinstance(view, type):
         rule = getattr(getattr(view, "dispatch", None), RULE, None)
         if isinstance(rule, RequestRule):
-            found.append((f"{view.__qualname__}.dispatch", rule))
+            found[id(rule)] = (f"{view.__qualname__}.dispatch", rule)
         if issubclass(view, LockViewMixin) and view.lock_key is not None:
-            found.append((f"{view.__qualname__}.lock_key", view.lock_rule()))
-    return found
+            rule = view.lock_rule()
+            found[id(rule)] = (f"{view.__qualname__}.lock_key", rule)
+    # as_view() copies dispatch's attributes onto the view function: the same rule again.
+    rule = getattr(callback, RULE, None)
+    if isinstance(rule, RequestRule) and id(rule) not in found:
+        found[id(rule)] = (getattr(callback, "__qualname__", repr(callback)), rule)
+    return list(found.values())
 
 
 @register(Tags.urls)

@@ -212,6 +212,24 @@ class LockViewMixin:
     lock_scope: ClassVar[Scope] = "global"
     _lock_rule: ClassVar[RequestRule | None] = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        from django.views import View
+
+        # A Django view's dispatch does not call super(): one that comes before the
+        # mixin's in the MRO (class V(View, LockViewMixin)) leaves every request unlocked.
+        for klass in cls.__mro__:
+            if klass is LockViewMixin:
+                break
+            if "dispatch" not in klass.__dict__ or issubclass(klass, LockViewMixin):
+                continue
+            if issubclass(klass, View):
+                raise ConfigError(
+                    f"{cls.__qualname__}: {klass.__qualname__}.dispatch comes before "
+                    "LockViewMixin's in its bases, so the view would run unlocked; list the "
+                    f"mixin first: class {cls.__qualname__}(LockViewMixin, View)"
+                )
+
     @classmethod
     def lock_rule(cls) -> RequestRule:
         """The rule this class's attributes describe, built once per class."""

@@ -21,15 +21,13 @@ from lockkit_core.store_warnings import unshared_store_warnings
 
 from .errors import PROBLEMS
 from .release import watch
-from .view_functions import ViewFunctions
+from .view_functions import BLUEPRINT_RULES, ViewFunctions
 
-__all__ = ["BLUEPRINT_RULES", "EXTENSION_KEY", "LockKit", "LockKitState", "lock_lost", "state_of"]
+__all__ = ["EXTENSION_KEY", "LockKit", "LockKitState", "lock_lost", "state_of"]
 
 log = logging.getLogger("lockkit.flask")
 
 EXTENSION_KEY: Final = "lockkit"
-#: The attribute of a blueprint that lists its ``lock_blueprint`` rules.
-BLUEPRINT_RULES: Final = "lockkit_rules"
 _CORE_SETTINGS = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
 
 #: Sent (sender: the app; ``lock``, ``route``, ``error``) when a route's lock was lost while
@@ -142,7 +140,7 @@ class LockKit:
             # @lock_route written above @app.route leaves the bare view registered: the
             # app's view functions find its locked wrapper (also for views registered
             # before now), and check every rule against the store.
-            views = ViewFunctions(app.view_functions, kit)
+            views = ViewFunctions(app, kit)
             for blueprint in app.blueprints.values():
                 for rule in getattr(blueprint, BLUEPRINT_RULES, ()):
                     rule.check_store(kit, f"blueprint {blueprint.name!r}")

@@ -28,11 +28,11 @@ from lockkit_core.guard import GuardContext, Outcome, Problem, RequestRule, Scop
 from lockkit_core.guard.run import Hooks, Values, arun, begin, run
 
 from .errors import RequestLocked
-from .extension import BLUEPRINT_RULES, EXTENSION_KEY, state_of
+from .extension import EXTENSION_KEY, state_of
 from .release import hold_until_finished
 from .sources import ALL_SOURCES, check_template
 from .sources import Values as FlaskValues
-from .view_functions import ViewFunctions, attach
+from .view_functions import BLUEPRINT_RULES, ViewFunctions, attach
 
 __all__ = ["OnBusy", "ViewFunctions", "lock_blueprint", "lock_route"]
 

@@ -16,13 +16,18 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from flask import Flask
+
+from lockkit_core import ConfigError
 from lockkit_core import LockKit as CoreKit
 from lockkit_core.guard import RequestRule
 
-__all__ = ["RULE", "ViewFunctions", "attach", "rules_of"]
+__all__ = ["BLUEPRINT_RULES", "RULE", "ViewFunctions", "attach", "check_url_fields", "rules_of"]
 
 #: The rule of a ``@lock_route`` wrapper (also read by tools that list locked routes).
 RULE = "lockkit_rule"
+#: On a blueprint: its ``lock_blueprint`` rules.
+BLUEPRINT_RULES = "lockkit_rules"
 #: On a view: the wrapper ``@lock_route`` made of it.
 _WRAPPER = "__lockkit_wrapper__"
 #: On a view: the (weak) set of the apps' view functions it is registered in, so a rule
@@ -60,15 +65,19 @@ class ViewFunctions(dict[str, Callable[..., Any]]):
     """``app.view_functions`` that finds each view's ``@lock_route`` wrapper, and checks
     each rule against the app's store when the view is registered (or decorated later)."""
 
-    def __init__(self, views: dict[str, Callable[..., Any]], kit: CoreKit) -> None:
+    def __init__(self, app: Flask, kit: CoreKit) -> None:
         super().__init__()
         self.kit = kit
-        for endpoint, view in views.items():
+        self._app = weakref.ref(app)
+        for endpoint, view in app.view_functions.items():
             self[endpoint] = view
 
     def __setitem__(self, endpoint: str, view: Callable[..., Any]) -> None:
         for rule in rules_of(view):
             rule.check_store(self.kit, f"route {endpoint!r}")
+        app = self._app()
+        if app is not None:
+            check_url_fields(app, endpoint, view)
         # A builtin or a callable object without a __dict__ is never decorated later.
         with contextlib.suppress(AttributeError, TypeError):
             registered = view.__dict__.get(_REGISTERED)
@@ -82,6 +91,32 @@ class ViewFunctions(dict[str, Callable[..., Any]]):
         return view
 
     __hash__ = object.__hash__  # type: ignore[assignment]  # a WeakSet member, by identity
+
+
+def check_url_fields(app: Flask, endpoint: str, view: Any) -> None:
+    """A ConfigError if a rule over ``endpoint`` (its view's, or its blueprints') names a
+    view argument that one of the endpoint's URL rules does not capture: that would be a 500
+    at its first request (a view taking ``**kwargs``, a MethodView, a blueprint rule)."""
+    rules = rules_of(view)
+    name = endpoint
+    while "." in name:
+        name = name.rpartition(".")[0]
+        rules += getattr(app.blueprints.get(name), BLUEPRINT_RULES, [])
+    try:
+        url_rules = list(app.url_map.iter_rules(endpoint))
+    except KeyError:  # registered without a URL rule (app.view_functions[...] = view)
+        return
+    for url_rule in url_rules:
+        given = set(url_rule.arguments) | set(url_rule.defaults or ())
+        for rule in rules:
+            missing = [f for f in rule.key.url_fields() if f not in given]
+            if rule.key.func is None and missing:
+                raise ConfigError(
+                    f"route {endpoint!r} ({url_rule.rule}) locks on {rule.key.template!r}, "
+                    f"which names {', '.join(missing)}: neither one of its URL arguments "
+                    f"({', '.join(sorted(given)) or 'none'}) nor a source "
+                    f"({', '.join(rule.key.sources)})"
+                )
 
 
 def attach(view: Any, wrapper: Any, rule: RequestRule) -> None:

@@ -56,3 +56,31 @@ def test_ttl_none_on_a_store_that_needs_a_lease_fails_the_checks() -> None:
 def test_ttl_none_on_a_store_without_leases_passes_the_checks() -> None:
     with urlconf(path("export/", export), URL="memory://checks"):
         assert _ids("lockkit.E006") == []
+
+
+def test_a_key_typo_on_a_decorated_dispatch_or_as_view_fails_the_checks() -> None:
+    from django.utils.decorators import method_decorator
+    from django.views import View
+
+    @method_decorator(lock_view("item:{pkk}"), name="dispatch")
+    class Item(View):
+        def get(self, request: HttpRequest, pk: str) -> HttpResponse:
+            return HttpResponse("ok")
+
+    class Plain(View):
+        def get(self, request: HttpRequest, pk: str) -> HttpResponse:
+            return HttpResponse("ok")
+
+    wrapped = lock_view("plain:{pkk}")(Plain.as_view())  # as_view() takes **kwargs
+    fine = lock_view("plain:{pk}")(Plain.as_view())
+    with urlconf(
+        path("item/<pk>/", Item.as_view()),
+        path("plain/<pk>/", wrapped),
+        path("fine/<pk>/", fine),
+        path("extra/", fine, {"pk": "all"}),  # a URL argument from path(..., kwargs)
+        URL="memory://checks",
+    ):
+        found = _ids("lockkit.E005")
+    assert len(found) == 2, found
+    assert all("pkk" in m for m in found)
+    assert any("Item.dispatch" in m for m in found)

@@ -427,3 +427,28 @@ def test_a_stream_a_middleware_replaces_releases_its_lock(client: Client) -> Non
         response = client.get("/stream/r/")
     assert response.content == b"replaced"
     assert get_kit().admin.info("stream:r") is None
+
+
+def test_a_mixin_after_view_in_the_bases_is_a_config_error() -> None:
+    from django.views import View
+
+    from lockkit_core import ConfigError
+    from lockkit_django import LockViewMixin
+
+    with pytest.raises(ConfigError, match=r"Wrong.*LockViewMixin, View"):
+
+        class Wrong(View, LockViewMixin):  # View.dispatch first: the mixin would never run
+            lock_key = "wrong"
+
+    class Logged:
+        def dispatch(self, *args: Any, **kwargs: Any) -> Any:
+            return super().dispatch(*args, **kwargs)  # type: ignore[misc]
+
+    class Fine(Logged, LockViewMixin, View):  # a mixin calling super() before it is fine
+        lock_key = "fine"
+
+    class Overridden(Fine):
+        def dispatch(self, *args: Any, **kwargs: Any) -> Any:
+            return super().dispatch(*args, **kwargs)
+
+    assert Overridden.lock_rule().key.template == "fine"

@@ -80,3 +80,48 @@ def test_ttl_none_on_a_store_without_leases_is_accepted(tmp_path: Path) -> None:
         return "ok"
 
     assert app.test_client().post("/export").status_code == 200
+
+
+def test_a_key_typo_in_method_view_decorators_fails_at_registration(tmp_path: Path) -> None:
+    from flask.views import MethodView
+
+    app = _app(f"file://{tmp_path / 'locks'}")
+    LockKit(app)
+
+    class Item(MethodView):
+        decorators = [lock_route("item:{itme}")]  # noqa: RUF012
+
+        def put(self, item: str) -> str:
+            return "ok"
+
+    with pytest.raises(ConfigError, match=r"item.*itme"):
+        app.add_url_rule("/items/<item>", view_func=Item.as_view("item"))
+
+    class Fine(MethodView):
+        decorators = [lock_route("item:{item}")]  # noqa: RUF012
+
+        def put(self, item: str) -> str:
+            return "ok"
+
+    app.add_url_rule("/fine/<item>", view_func=Fine.as_view("fine"))
+    assert app.test_client().put("/fine/1").text == "ok"
+
+
+def test_a_blueprint_key_naming_what_a_route_lacks_fails_at_registration(
+    tmp_path: Path,
+) -> None:
+    app = _app(f"file://{tmp_path / 'locks'}")
+    LockKit(app)
+    bp = Blueprint("carts", __name__)
+    lock_blueprint(bp, "cart:{cart_id}")
+
+    @bp.put("/carts/<int:cart_id>")
+    def cart(cart_id: int) -> str:
+        return "ok"
+
+    @bp.get("/carts")
+    def carts() -> str:
+        return "all"
+
+    with pytest.raises(ConfigError, match=r"carts\.carts.*cart_id"):
+        app.register_blueprint(bp)
