@@ -148,6 +148,11 @@ class RequestRule:
         if isinstance(methods, str):
             raise ConfigError(f"methods must be a list such as [{methods!r}], not a string")
         self.methods = None if methods is None else frozenset(str(m).upper() for m in methods)
+        if self.methods is not None and not self.methods:
+            raise ConfigError(
+                "methods=[] would never lock; leave methods out to lock every method, or "
+                "name some, e.g. methods=['POST']"
+            )
         if self.methods is not None and not self.methods <= HTTP_METHODS:
             raise ConfigError(
                 f"methods {sorted(self.methods - HTTP_METHODS)} are not HTTP methods; "
