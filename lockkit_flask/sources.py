@@ -85,6 +85,12 @@ def check_template(key: RequestKey) -> None:
                 DeprecationWarning,
                 stacklevel=4,
             )
+    if any(field == "session" for _, field, _, _ in key.parts):
+        raise ConfigError(
+            f"lock key template {key.template!r} names {{session}}: Flask's session is the "
+            "signed cookie's whole contents, not an id, and would put every value in it into "
+            "the key; name one value, {session[name]} (Django's {session} is the session key)"
+        )
     users = {"user", "current_user"} & set(key.fields)
     if users and importlib.util.find_spec("flask_login") is None:
         raise ConfigError(
