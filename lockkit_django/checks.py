@@ -27,7 +27,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from lockkit_core import BackendNotInstalled, BackendUnavailable, ConfigError, LockKitError
 from lockkit_core.guard import RequestRule
-from lockkit_core.registry import _check_installed, backend_class
+from lockkit_core.registry import backend_class, check_installed
 from lockkit_core.url import parse_url
 
 from .conf import AdapterSettings, lockkit_state, parse_settings
@@ -44,7 +44,7 @@ def _url_errors(raw: Any) -> list[CheckMessage]:
         return []
     try:
         scheme = parse_url(url).scheme
-        _check_installed(backend_class(scheme), scheme)
+        check_installed(backend_class(scheme), scheme)
     except BackendNotInstalled as exc:
         return [_not_installed(str(exc))]
     except ConfigError as exc:

@@ -13,7 +13,7 @@ from flask import Flask, current_app
 
 from lockkit_core import Admin, ConfigError, Lock, LockKitConfig
 from lockkit_core import LockKit as CoreKit
-from lockkit_core.config import UNSET
+from lockkit_core.config import CORE_SETTINGS, UNSET
 from lockkit_core.guard import GUARD_SETTINGS, GuardContext, GuardSettings
 from lockkit_core.rwlock import RWLock
 from lockkit_core.semaphore import Semaphore
@@ -28,7 +28,6 @@ __all__ = ["EXTENSION_KEY", "LockKit", "LockKitState", "lock_lost", "state_of"]
 log = logging.getLogger("lockkit.flask")
 
 EXTENSION_KEY: Final = "lockkit"
-_CORE_SETTINGS = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
 
 #: Sent (sender: the app; ``lock``, ``route``, ``error``) when a route's lock was lost while
 #: its view ran, or could not be released: the response stands, exclusion was not certain.
@@ -116,14 +115,14 @@ class LockKit:
         if EXTENSION_KEY in app.extensions:
             raise ConfigError(f"lockkit is already set up on the Flask app {app.name!r}")
         settings = app.config.get_namespace("LOCKKIT_", lowercase=False, trim_namespace=True)
-        unknown = sorted(set(settings) - {*_CORE_SETTINGS, *GUARD_SETTINGS})
+        unknown = sorted(set(settings) - {*CORE_SETTINGS, *GUARD_SETTINGS})
         if unknown:
             raise ConfigError(
                 f"unknown setting {', '.join('LOCKKIT_' + k for k in unknown)} in "
-                f"app.config; known: {', '.join('LOCKKIT_' + k for k in _CORE_SETTINGS)}, "
+                f"app.config; known: {', '.join('LOCKKIT_' + k for k in CORE_SETTINGS)}, "
                 f"{', '.join('LOCKKIT_' + k for k in GUARD_SETTINGS)}"
             )
-        core = {k: v for k, v in settings.items() if k in _CORE_SETTINGS}
+        core = {k: v for k, v in settings.items() if k in CORE_SETTINGS}
         config = LockKitConfig.from_mapping(core, **self._core_overrides)
         guard = {k: settings.get(k, UNSET) for k in GUARD_SETTINGS}
         guard.update({k: v for k, v in self._guard_overrides.items() if v is not UNSET})
