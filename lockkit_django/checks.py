@@ -28,6 +28,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from lockkit_core import BackendNotInstalled, BackendUnavailable, ConfigError, LockKitError
 from lockkit_core.guard import RequestRule
 from lockkit_core.registry import backend_class, check_installed
+from lockkit_core.store_warnings import unshared_store_warnings
 from lockkit_core.url import parse_url
 
 from .conf import AdapterSettings, lockkit_state, parse_settings
@@ -35,6 +36,7 @@ from .conf import AdapterSettings, lockkit_state, parse_settings
 __all__ = ["check_deploy", "check_settings", "check_view_keys"]
 
 _DOCS = "see the 'Django' section of lockkit's README"
+_URL = "LOCKKIT['URL']"
 
 
 def _url_errors(raw: Any) -> list[CheckMessage]:
@@ -87,16 +89,23 @@ def _request_timeout() -> float | None:
 def _warnings(parsed: AdapterSettings, raw: Any) -> list[CheckMessage]:
     found: list[CheckMessage] = []
     scheme = parse_url(parsed.config.url).scheme
-    if scheme == "memory":
-        found.append(
-            Warning(
-                "LOCKKIT['URL'] is memory://: locks are held per process, so the worker "
-                "processes of a deployment (gunicorn, uwsgi, celery) do not exclude each other.",
-                hint="Use redis://... or a shared file:// directory; silence lockkit.W001 only "
-                "for a single-process server or tests.",
-                id="lockkit.W001",
+    # None (os.environ.get of an unset variable) is no URL: the default applies.
+    url_given = isinstance(raw, dict) and any(
+        str(k).upper() == "URL" and v is not None for k, v in raw.items()
+    )
+    # The core words these warnings (as for Flask and Celery); Django adds the check ids.
+    # The default file:// store is fine for runserver: W003 only with DEBUG off.
+    for text in unshared_store_warnings(parsed.config, url_given=url_given, setting=_URL):
+        if scheme == "memory":
+            found.append(
+                Warning(
+                    text,
+                    hint="Silence lockkit.W001 only for a single-process server or tests.",
+                    id="lockkit.W001",
+                )
             )
-        )
+        elif not settings.DEBUG:
+            found.append(Warning(text, id="lockkit.W003"))
     timeout = _request_timeout()
     if timeout is not None and not parsed.config.auto_renew:
         short = [("LOCKKIT['TTL']", parsed.config.ttl)]
@@ -117,21 +126,6 @@ def _warnings(parsed: AdapterSettings, raw: Any) -> list[CheckMessage]:
                     )
                 )
     found.extend(_idempotency_warnings(parsed, raw))
-    # None (os.environ.get of an unset variable) is no URL: the default applies.
-    url_given = isinstance(raw, dict) and any(
-        str(k).upper() == "URL" and v is not None for k, v in raw.items()
-    )
-    if scheme == "file" and not url_given and not settings.DEBUG:
-        found.append(
-            Warning(
-                f"lockkit uses its default {parsed.config.url}, under the system temp "
-                "directory: services that see their own /tmp (systemd PrivateTmp, other "
-                "users, containers) share no locks with this one.",
-                hint="Set LOCKKIT['URL'] to a directory every service shares, such as "
-                "'file:///var/lib/myapp/locks', or to a lock server ('redis://...').",
-                id="lockkit.W003",
-            )
-        )
     return found
 
 
