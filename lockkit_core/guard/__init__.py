@@ -15,18 +15,10 @@ runs before the view (a Flask blueprint's ``before_request``).
 Nothing here imports a web framework; Flask and Django supply the sources and the responses.
 """
 
-from .keys import KeyFunc, RequestKey, Source, UserValue
+from .outcome import Counts, GuardContext, LostHook, Outcome, Problems
 from .problems import PROBLEM_JSON, LockStoreDown, Problem, RequestKeyMissing, RequestLocked
-from .rule import (
-    HTTP_METHODS,
-    Counts,
-    GuardContext,
-    LostHook,
-    Outcome,
-    Problems,
-    RequestRule,
-    Scope,
-)
+from .request_key import KeyFunc, RequestKey, Source, UserValue
+from .rule import HTTP_METHODS, RequestRule, Scope
 from .run import Hooks, Values, arun, begin, run
 from .settings import GUARD_SETTINGS, GuardSettings, check_request_wait
 

@@ -1,5 +1,5 @@
-"""``RequestRule``: which requests lock, on what key, how long they wait; ``Outcome``: what
-the guard decided for one request (held / busy / store down / not locked) and how it ends.
+"""``RequestRule``: which requests lock, on what key, how long they wait; it decides, for one
+request, held / busy / store down / not locked (an :class:`~.outcome.Outcome`).
 
 An adapter supplies the request's method, its route's name and its sources, turns a refusal
 into its framework's response, exposes the held lock to the view, and calls
@@ -10,119 +10,24 @@ lock is ``reentrant=False``: it belongs to the request, so the thread that close
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from ..backends.base import Capability
 from ..config import UNSET, check_lock_ttl
-from ..errors import BackendError, ConfigError, LockNotOwned
+from ..errors import BackendError, ConfigError
 from ..kit import LockKit
-from ..lock import Lock
-from .keys import KeyFunc, RequestKey, Source
-from .problems import LockStoreDown, Problem, RequestKeyMissing, RequestLocked
-from .settings import GuardSettings, check_request_wait
+from .outcome import GuardContext, Outcome
+from .problems import RequestKeyMissing
+from .request_key import KeyFunc, RequestKey, Source
+from .settings import check_request_wait
 
-__all__ = [
-    "HTTP_METHODS",
-    "Counts",
-    "GuardContext",
-    "LostHook",
-    "Outcome",
-    "Problems",
-    "RequestRule",
-    "Scope",
-]
+__all__ = ["HTTP_METHODS", "RequestRule", "Scope"]
 
 HTTP_METHODS: Final = frozenset(
     {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
 )
 Scope = Literal["global", "route"]
-LostHook = Callable[[Lock, str, BaseException], None]
-
-
-_RELEASING = threading.Lock()
-
-
-class Counts(Counter[str]):
-    """Refused, unlocked and lost requests by event: ``busy``, ``unavailable``,
-    ``fail_open``, ``lost``, ``unreleased`` (and the idempotency layer's own)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._lock = threading.Lock()
-
-    def add(self, event: str) -> None:
-        """Count one ``event``; safe from any thread."""
-        with self._lock:
-            self[event] += 1
-
-
-@dataclass(frozen=True)
-class Problems:
-    """The error classes an adapter answers with (Flask's are also werkzeug exceptions)."""
-
-    busy: type[RequestLocked] = RequestLocked
-    down: type[LockStoreDown] = LockStoreDown
-    missing: type[RequestKeyMissing] = RequestKeyMissing
-
-
-@dataclass
-class GuardContext:
-    """What one app (Flask) or one ``LOCKKIT`` value (Django) guards requests with."""
-
-    kit: LockKit
-    settings: GuardSettings
-    log: logging.Logger
-    problems: Problems = field(default_factory=Problems)
-    counts: Counts = field(default_factory=Counts)
-    on_lost: list[LostHook] = field(default_factory=list)
-
-
-@dataclass
-class Outcome:
-    """One request's answer from the guard. ``refusal`` set: answer with it, run nothing.
-    Otherwise run the view; ``lock`` is the held lock (None: not locked, or failed open)."""
-
-    lock: Lock | None = None
-    refusal: Problem | None = None
-    route: str = ""
-    context: GuardContext | None = None
-
-    def release(self) -> None:
-        """Give the lock back, once. A lease lost while the request ran (force-released,
-        expired) or a store failing at release is logged with the key, counted and told to the
-        ``on_lost`` hooks; it never replaces the response, whose work is already done."""
-        with _RELEASING:  # a close and a finalizer may race: one of them releases
-            lock, context, self.lock = self.lock, self.context, None
-        if lock is None or context is None:
-            return
-        try:
-            lock.release()
-        except LockNotOwned as exc:
-            context.counts.add("lost")
-            context.log.error(
-                "%s: lock %r was lost while its request ran (another request may have run "
-                "meanwhile; the response stands): %s", self.route, lock.key, exc,
-            )  # fmt: skip
-            self._tell(context, lock, exc)
-        except BackendError as exc:  # down, demoted, or any other store failure
-            context.counts.add("unreleased")
-            context.log.error(
-                "%s: lock %r not released, the store is down (it frees within its ttl): %s",
-                self.route, lock.key, exc,
-            )  # fmt: skip
-            self._tell(context, lock, exc)
-
-    def _tell(self, context: GuardContext, lock: Lock, exc: BaseException) -> None:
-        for hook in context.on_lost:
-            try:
-                hook(lock, self.route, exc)
-            except Exception:  # a broken hook must not turn a finished request into a 500
-                context.log.exception("an on_lost hook failed for lock %r", lock.key)
 
 
 class RequestRule:

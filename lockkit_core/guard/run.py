@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ..lock import Lock
-from .keys import KeyFunc
+from .outcome import GuardContext, Outcome
 from .problems import Problem, RequestLocked
-from .rule import GuardContext, Outcome, RequestRule
+from .request_key import KeyFunc
+from .rule import RequestRule
 
 __all__ = ["Hooks", "Values", "arun", "begin", "run"]
 
