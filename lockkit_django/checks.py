@@ -13,6 +13,8 @@ lockkit.W002   a lock ttl shorter than the server's request timeout, without ren
 lockkit.W003   the default ``file://`` temp directory with ``DEBUG=False``
 lockkit.W004   ``IDEMPOTENCY`` keeps responses in a per-process or dummy cache
 lockkit.W005   ``IdempotencyMiddleware`` comes before the authentication middleware
+lockkit.W006   ``IDEMPOTENCY`` without ``SCOPE``: callers with no user, session or
+               ``Authorization`` header are not kept or replayed
 =============  ===============================================================
 """
 
@@ -159,6 +161,19 @@ def _idempotency_warnings(parsed: AdapterSettings, raw: Any) -> list[CheckMessag
     found = _middleware_order()
     if not isinstance(raw, dict) or not any(str(k).upper() == "IDEMPOTENCY" for k in raw):
         return found
+    if parsed.idempotency.scope is None:
+        found.append(
+            Warning(
+                "LOCKKIT['IDEMPOTENCY'] has no SCOPE: an Idempotency-Key request from a caller "
+                "with no signed-in user, no session and no Authorization header (e.g. an API "
+                "key in another header, checked inside the view) is run but neither kept nor "
+                "replayed, since nothing tells one such caller from another.",
+                hint="Set LOCKKIT['IDEMPOTENCY']['SCOPE'] to a callable (request) -> str "
+                "naming the caller (e.g. a hash of its API key); silence lockkit.W006 if "
+                "every caller signs in or sends Authorization.",
+                id="lockkit.W006",
+            )
+        )
     alias = parsed.idempotency.cache
     backend = getattr(settings, "CACHES", {}).get(alias, {}).get("BACKEND", "")
     if backend not in _UNSHARED_CACHES:
@@ -178,7 +193,7 @@ def _idempotency_warnings(parsed: AdapterSettings, raw: Any) -> list[CheckMessag
 
 @register(Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Validate ``settings.LOCKKIT`` (E001-E003) and warn about risky ones (W001-W005)."""
+    """Validate ``settings.LOCKKIT`` (E001-E003) and warn about risky ones (W001-W006)."""
     raw = getattr(settings, "LOCKKIT", None)
     url_errors = _url_errors(raw)
     if url_errors:

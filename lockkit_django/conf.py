@@ -9,6 +9,8 @@ adapter's own keys, into one :class:`LockKitState` per settings value.
         "ENABLED": True,                     # False: views and middleware rules lock nothing
         "WAIT": 0,                           # seconds a locked view waits before answering 409
         "RETRY_AFTER": 1,                    # the Retry-After of a 409 or 503
+        "MAX_KEY_BYTES": 512,                # a longer key built from a request answers 400
+        "STREAM_MAX_HOLD": 60,               # seconds a streamed response keeps its lock
         "MIDDLEWARE": {"RULES": [{"PATH": r"^/orders/(?P<order_id>\\d+)/pay/$",
                                   "METHODS": ["POST"], "KEY": "order:{order_id}"}]},
         "TASKS": {"TTL": 30, "ONCE": None},  # @locked_task defaults (lockkit_django.tasks)
@@ -50,6 +52,7 @@ __all__ = [
     "lockkit_state",
     "parse_settings",
     "reset_state",
+    "secret_key",
 ]
 
 ADAPTER_SETTINGS: Final = (*GUARD_SETTINGS, "MIDDLEWARE", "TASKS", "IDEMPOTENCY")
@@ -142,7 +145,9 @@ class LockKitState:
     guard: GuardContext = field(init=False)
 
     def __post_init__(self) -> None:
-        self.guard = GuardContext(self.kit, self.settings.guard, log, on_lost=[_signal_lost])
+        self.guard = GuardContext(
+            self.kit, self.settings.guard, log, on_lost=[_signal_lost], secret=secret_key
+        )
 
     @property
     def counts(self) -> Counts:
@@ -152,6 +157,11 @@ class LockKitState:
     def count(self, event: str) -> None:
         """Count one ``event``."""
         self.guard.counts.add(event)
+
+
+def secret_key() -> str | None:
+    """Django's ``SECRET_KEY``, read when a credential is first hashed."""
+    return getattr(settings, "SECRET_KEY", None)
 
 
 def _signal_lost(lock: Any, route: str, error: BaseException) -> None:

@@ -74,6 +74,10 @@ def _hooks(request: HttpRequest) -> Hooks[HttpResponseBase]:
 
 
 def _attach(response: HttpResponseBase, outcome: Outcome) -> HttpResponseBase:
+    """Hand the release to whatever ends the response; a stream also gets its
+    ``STREAM_MAX_HOLD``."""
+    if response.streaming:
+        outcome.hold_stream()
     return release_with(response, outcome.release)
 
 

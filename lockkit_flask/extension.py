@@ -78,7 +78,10 @@ class LockKit:
     ``URL``, ``NAMESPACE``, ``TTL``, ``AUTO_RENEW``, ``TIMEOUT``, ``OPTIONS`` as in
     :class:`lockkit_core.LockKitConfig`; ``ENABLED`` (true; false makes ``@lock_route`` a
     no-op), ``WAIT`` (0: how long a route waits for its lock before answering 409) and
-    ``RETRY_AFTER`` (1: seconds in the ``Retry-After`` of a 409 or 503).
+    ``RETRY_AFTER`` (1: seconds in the ``Retry-After`` of a 409 or 503), ``MAX_KEY_BYTES``
+    (512: a longer request-built key answers 400) and ``STREAM_MAX_HOLD`` (60: seconds a
+    streamed response keeps its lock; ``None``: until closed). ``SECRET_KEY`` hashes the
+    credentials a key template names.
     One extension may serve several apps; each gets its own store connection, closed when
     the app is garbage collected or the interpreter exits. Inside an app context the
     extension is that app's kit: ``locks.lock("report")``, ``locks.admin``.
@@ -97,6 +100,8 @@ class LockKit:
         enabled: Any = UNSET,
         wait: Any = UNSET,
         retry_after: Any = UNSET,
+        max_key_bytes: Any = UNSET,
+        stream_max_hold: Any = UNSET,
     ) -> None:
         self._core_overrides = {
             "url": url,
@@ -106,7 +111,13 @@ class LockKit:
             "timeout": timeout,
             "options": options,
         }
-        self._guard_overrides = {"ENABLED": enabled, "WAIT": wait, "RETRY_AFTER": retry_after}
+        self._guard_overrides = {
+            "ENABLED": enabled,
+            "WAIT": wait,
+            "RETRY_AFTER": retry_after,
+            "MAX_KEY_BYTES": max_key_bytes,
+            "STREAM_MAX_HOLD": stream_max_hold,
+        }
         if app is not None:
             self.init_app(app)
 
@@ -148,9 +159,11 @@ class LockKit:
             raise
         app.view_functions = views
         watch(app)
+        app_config = app.config  # not the app: the state must not keep it alive
         app.extensions[EXTENSION_KEY] = LockKitState(
-            kit, guard_settings, log, PROBLEMS, on_lost=[_signal_lost(app)]
-        )
+            kit, guard_settings, log, PROBLEMS, on_lost=[_signal_lost(app)],
+            secret=lambda: app_config.get("SECRET_KEY"),
+        )  # fmt: skip
         # Not on app-context teardown: that runs after every request. The kit lives as long
         # as its app; weakref.finalize also runs at interpreter exit.
         weakref.finalize(app, kit.close)

@@ -25,7 +25,10 @@ def hold_until_finished(response: Any, outcome: Outcome) -> Any:
 def _finished(sender: Flask, response: Response, **_: Any) -> None:
     for outcome in g.pop(_OUTCOMES, []):
         if response.is_streamed:
-            response.call_on_close(outcome.release)  # the bytes it protects are still to come
+            # The bytes it protects are still to come: released at the stream's close, at
+            # the latest after LOCKKIT_STREAM_MAX_HOLD.
+            outcome.hold_stream()
+            response.call_on_close(outcome.release)
         else:
             outcome.release()
 

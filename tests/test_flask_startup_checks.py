@@ -125,11 +125,3 @@ def test_a_blueprint_key_naming_what_a_route_lacks_fails_at_registration(
 
     with pytest.raises(ConfigError, match=r"carts\.carts.*cart_id"):
         app.register_blueprint(bp)
-
-
-def test_a_bare_session_in_a_key_is_a_config_error() -> None:
-    # Flask's session is the whole signed cookie's contents, not an id: it would put every
-    # value the session holds into the key (and into logs and the store).
-    with pytest.raises(ConfigError, match=r"\{session\[name\]\}"):
-        lock_route("cart:{session}")
-    lock_route("cart:{session[cart_id]}")  # one value of it is fine

@@ -15,9 +15,17 @@ runs before the view (a Flask blueprint's ``before_request``).
 Nothing here imports a web framework; Flask and Django supply the sources and the responses.
 """
 
+from .credentials import Secret, credential_digest, credential_item
 from .outcome import Counts, GuardContext, LostHook, Outcome, Problems
-from .problems import PROBLEM_JSON, LockStoreDown, Problem, RequestKeyMissing, RequestLocked
-from .request_key import KeyFunc, RequestKey, Source, UserValue
+from .problems import (
+    PROBLEM_JSON,
+    LockStoreDown,
+    Problem,
+    RequestKeyInvalid,
+    RequestKeyMissing,
+    RequestLocked,
+)
+from .request_key import WEB_SOURCES, KeyFunc, RequestKey, Source, UserValue
 from .rule import HTTP_METHODS, RequestRule, Scope
 from .run import Hooks, Values, arun, begin, run
 from .settings import GUARD_SETTINGS, GuardSettings, check_request_wait
@@ -26,6 +34,7 @@ __all__ = [
     "GUARD_SETTINGS",
     "HTTP_METHODS",
     "PROBLEM_JSON",
+    "WEB_SOURCES",
     "Counts",
     "GuardContext",
     "GuardSettings",
@@ -37,15 +46,19 @@ __all__ = [
     "Problem",
     "Problems",
     "RequestKey",
+    "RequestKeyInvalid",
     "RequestKeyMissing",
     "RequestLocked",
     "RequestRule",
     "Scope",
+    "Secret",
     "Source",
     "UserValue",
     "Values",
     "arun",
     "begin",
     "check_request_wait",
+    "credential_digest",
+    "credential_item",
     "run",
 ]

@@ -18,7 +18,7 @@ from ..config import UNSET, check_lock_ttl
 from ..errors import BackendError, ConfigError
 from ..kit import LockKit
 from .outcome import GuardContext, Outcome
-from .problems import RequestKeyMissing
+from .problems import RequestKeyInvalid, RequestKeyMissing
 from .request_key import KeyFunc, RequestKey, Source
 from .settings import check_request_wait
 
@@ -116,18 +116,24 @@ class RequestRule:
         route: str,
         values: Mapping[str, Any] | Callable[[KeyFunc], object],
     ) -> str | Outcome:
-        """The request's lock key, or the 400 refusal for a value the client did not send.
+        """The request's lock key, or the 400 refusal for a value the client did not send
+        (or one no key may hold: too long, a NUL).
         Reads the request's sources (a user, a session: maybe the database), no lock I/O."""
         try:
+            limit, invalid = context.settings.max_key_bytes, context.problems.invalid
             if self.key.func is not None:
                 assert callable(values)
-                key = self.key.from_func(values(self.key.func), route)
+                key = self.key.from_func(values(self.key.func), route, limit, invalid)
             else:
                 assert not callable(values)
-                key = self.key.render(route, values, context.problems.missing)
-        except RequestKeyMissing as missing:
-            context.log.info("%s refused (400): %s", route, missing)
-            return Outcome(refusal=missing, route=route)
+                key = self.key.render(
+                    route, values, context.problems.missing, secret=context.secret,
+                    max_bytes=limit, invalid=invalid,
+                )  # fmt: skip
+        except (RequestKeyMissing, RequestKeyInvalid) as bad:
+            context.counts.add("bad_request")
+            context.log.info("%s refused (400): %s", route, bad)
+            return Outcome(refusal=bad, route=route)
         return f"{route}:{key}" if self.scope == "route" else key
 
     def acquire(self, context: GuardContext, route: str, key: str) -> Outcome:
