@@ -121,6 +121,7 @@ class Handle:
                 use = [hold, 0]
                 self._set_use(use, task is not None)
                 hold.handles.append(weakref.ref(cast("Lock", self)))
+                self.kit.holds.tie(hold, cast("Lock", self))
             use[1] += 1
             return True
 

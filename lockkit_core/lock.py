@@ -6,7 +6,7 @@ that re-enters the same key in the same thread or asyncio task. Reentrancy is ke
 :mod:`lockkit_core.handle`; the acquire decisions are :mod:`lockkit_core.acquire`'s state
 machine, run by :mod:`lockkit_core.drivers`; renewal is :mod:`lockkit_core.watchdog`'s. A
 handle reaches its kit only through ``kit.backend``, ``kit.namespace`` and ``kit.holds``
-(:class:`~lockkit_core.holds.Holds`, the table of holds it may re-enter).
+(:class:`~lockkit_core.hold_table.Holds`, the table of holds it may re-enter).
 """
 
 from __future__ import annotations
