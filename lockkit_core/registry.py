@@ -29,6 +29,8 @@ _BUILTIN: dict[str, str] = {
     "unix": "lockkit_core.backends.redis:RedisBackend",
     "zookeeper": "lockkit_core.backends.zookeeper:ZooKeeperBackend",
     "etcd": "lockkit_core.backends.etcd:EtcdBackend",
+    "postgresql": "lockkit_core.backends.sql.postgres:PostgresBackend",
+    "postgres": "lockkit_core.backends.sql.postgres:PostgresBackend",
 }
 
 
