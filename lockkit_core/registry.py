@@ -31,6 +31,7 @@ _BUILTIN: dict[str, str] = {
     "etcd": "lockkit_core.backends.etcd:EtcdBackend",
     "postgresql": "lockkit_core.backends.sql.postgres:PostgresBackend",
     "postgres": "lockkit_core.backends.sql.postgres:PostgresBackend",
+    "sqlite": "lockkit_core.backends.sql.sqlite:SqliteBackend",
 }
 
 

@@ -1,5 +1,8 @@
 """Database stores: a lease table on PostgreSQL (``postgresql://``) and SQLite (``sqlite://``).
 
+Importing this package does not import a driver: psycopg is imported when a
+``postgresql://`` backend is made (the registry first checks it is installed).
+
 **The table** (``lockkit_lease`` unless ``?table=`` says otherwise; created on first use, or
 by ``lockkit migrate URL`` for a user that cannot run DDL, ``--sql`` prints it) has one row
 per held key: the whole key, the SHA-1 of the owner token (never the token), the expiry,
@@ -26,5 +29,7 @@ then may also go back: use synchronous replication if that matters).
 """
 
 from .postgres import PostgresBackend
+from .schema import LeaseTable
+from .sqlite import SqliteBackend
 
-__all__ = ["PostgresBackend"]
+__all__ = ["LeaseTable", "PostgresBackend", "SqliteBackend"]

@@ -163,6 +163,9 @@ SELECT live, pg_notify(%(channel)s, '') FROM gone"""
         self.create_schema()
         return self._pool.run(sql, params, what)
 
+    def ddl(self) -> list[str]:
+        return postgres_ddl(self.table)
+
     def create_schema(self) -> None:
         """Create the lease table and its fence sequence if they do not exist."""
         from .pgpool import translated

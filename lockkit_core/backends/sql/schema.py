@@ -10,10 +10,27 @@ SQLite), so a key freed, deleted and taken again still gets a larger token.
 from __future__ import annotations
 
 import re
+from typing import Protocol, runtime_checkable
 
 from ...errors import ConfigError
 
-__all__ = ["DEFAULT_TABLE", "check_table", "postgres_ddl", "sqlite_ddl"]
+__all__ = ["DEFAULT_TABLE", "LeaseTable", "check_table", "postgres_ddl", "sqlite_ddl"]
+
+
+@runtime_checkable
+class LeaseTable(Protocol):
+    """A backend whose store needs its lease table made (what ``lockkit migrate`` drives)."""
+
+    table: str
+
+    def ddl(self) -> list[str]:
+        """The statements that create the table, in order; each may run again harmlessly."""
+        ...
+
+    def create_schema(self) -> None:
+        """Run :meth:`ddl` on the store."""
+        ...
+
 
 DEFAULT_TABLE = "lockkit_lease"
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
