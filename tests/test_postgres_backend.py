@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from click.testing import CliRunner
-from pg_roundtrips import traced
 
+from benchmarks.pg_trace import traced
 from lockkit_core import ConfigError, LockKit
 from lockkit_core.backends.sql import PostgresBackend
 from lockkit_core.cli import cli

@@ -1,4 +1,4 @@
-"""Count the round trips a ``postgresql://`` backend makes, from libpq's own protocol trace.
+"""Count round trips to PostgreSQL from libpq's own protocol trace (the benchmark and the tests).
 
 Every round trip ends with one ReadyForQuery from the server (after a simple Query, or after
 the Sync that closes an extended-protocol exchange), so counting those counts round trips.
@@ -18,6 +18,8 @@ from lockkit_core.backends.sql import PostgresBackend
 
 
 class RoundTrips:
+    """The trace file of one connection; :meth:`count` is the round trips so far."""
+
     def __init__(self, path: str) -> None:
         self.path = path
 
@@ -27,17 +29,24 @@ class RoundTrips:
 
 
 @contextmanager
-def traced(backend: PostgresBackend) -> Iterator[RoundTrips]:
-    """Trace the one connection the backend's pool will hand out meanwhile."""
-    pool: Any = backend._pool
-    conn, _ = pool.take("trace")
+def traced_connection(conn: Any) -> Iterator[RoundTrips]:
+    """Trace ``conn`` (a psycopg connection) while the block runs."""
     fd, path = tempfile.mkstemp(prefix="lockkit-pgtrace-")
     try:
         conn.pgconn.trace(fd)
         conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
-        pool.give(conn)
         yield RoundTrips(path)
         conn.pgconn.untrace()
     finally:
         os.close(fd)
         os.unlink(path)
+
+
+@contextmanager
+def traced(backend: PostgresBackend) -> Iterator[RoundTrips]:
+    """Trace the one connection the backend's pool hands out meanwhile (one thread only)."""
+    pool: Any = backend._pool
+    conn, _ = pool.take("trace")
+    with traced_connection(conn) as trips:
+        pool.give(conn)
+        yield trips
