@@ -215,9 +215,9 @@ SELECT live, pg_notify(%(channel)s, '') FROM gone"""
         return notify_channel(self.table, key)
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
-        from .pgwait import NotifyWaiter
+        from .pgwait import NotifyWaiter, waiting_room
 
-        return NotifyWaiter(self._listeners, self._channel(key))
+        return NotifyWaiter(self._listeners, self._channel(key), waiting_room(self.table, key))
 
     # -- admin -----------------------------------------------------------------------------------
 
