@@ -311,7 +311,7 @@ def migrate_command(ctx: click.Context, url: str | None, print_sql: bool) -> Non
             if not isinstance(backend, LeaseTable):
                 raise click.ClickException(
                     f"{parse_url(target).scheme}:// keeps no table: nothing to migrate "
-                    "(migrate is for postgresql:// and sqlite://)"
+                    "(migrate is for postgresql://, mysql:// and sqlite://)"
                 )
             if print_sql:
                 click.echo("".join(statement + ";\n" for statement in backend.ddl()), nl=False)

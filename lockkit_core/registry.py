@@ -32,6 +32,8 @@ _BUILTIN: dict[str, str] = {
     "postgresql": "lockkit_core.backends.sql.postgres:PostgresBackend",
     "postgres": "lockkit_core.backends.sql.postgres:PostgresBackend",
     "sqlite": "lockkit_core.backends.sql.sqlite:SqliteBackend",
+    "mysql": "lockkit_core.backends.sql.mysql:MySQLBackend",
+    "mariadb": "lockkit_core.backends.sql.mysql:MySQLBackend",
 }
 
 

@@ -18,6 +18,7 @@ from lockkit_core.testing import RedisServer
 pytest_plugins = [
     "djtasks_fixtures",
     "etcd_fixtures",
+    "mariadb_fixtures",
     "postgres_fixtures",
     "web_fixtures",
     "zookeeper_fixtures",

@@ -1,7 +1,8 @@
-"""Database stores: a lease table on PostgreSQL (``postgresql://``) and SQLite (``sqlite://``).
+"""Database stores: a lease table on PostgreSQL (``postgresql://``), MariaDB / MySQL
+(``mysql://``) and SQLite (``sqlite://``).
 
-Importing this package does not import a driver: psycopg is imported when a
-``postgresql://`` backend is made (the registry first checks it is installed).
+Importing this package imports no driver: psycopg and PyMySQL are imported when a backend
+that needs one is made (the registry first checks that it is installed).
 
 **The table** (``lockkit_lease`` unless ``?table=`` says otherwise; created on first use, or
 by ``lockkit migrate URL`` for a user that cannot run DDL, ``--sql`` prints it) has one row
@@ -20,16 +21,18 @@ the rows: a freed key taken again gets a larger token, also after a server resta
 PostgreSQL the fence is drawn under a transaction-scoped advisory lock on the key's hash, so
 attempts on one key draw fences in the order they are granted.
 
-**Waiting**: PostgreSQL ``LISTEN``/``NOTIFY`` per key (see :mod:`.pgwait`); waiters are not
-queued, so ``fair=True`` is not supported. SQLite: bounded jittered backoff.
+**Waiting**: PostgreSQL ``LISTEN``/``NOTIFY`` per key, one waiter listening and the others
+queued on the server (see :mod:`.pgwait`); ``fair=True`` is not supported (a first attempt
+may take a freed key before the head waiter). MySQL and SQLite: bounded jittered backoff.
 
 **Grade** ``single-node``: the lock is as safe as the one database server (a replica
 promoted after an asynchronous failover may have lost recent grants; the fence sequence
 then may also go back: use synchronous replication if that matters).
 """
 
+from .mysql import MySQLBackend
 from .postgres import PostgresBackend
 from .schema import LeaseTable
 from .sqlite import SqliteBackend
 
-__all__ = ["LeaseTable", "PostgresBackend", "SqliteBackend"]
+__all__ = ["LeaseTable", "MySQLBackend", "PostgresBackend", "SqliteBackend"]

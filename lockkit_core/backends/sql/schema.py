@@ -14,7 +14,14 @@ from typing import Protocol, runtime_checkable
 
 from ...errors import ConfigError
 
-__all__ = ["DEFAULT_TABLE", "LeaseTable", "check_table", "postgres_ddl", "sqlite_ddl"]
+__all__ = [
+    "DEFAULT_TABLE",
+    "LeaseTable",
+    "check_table",
+    "mysql_ddl",
+    "postgres_ddl",
+    "sqlite_ddl",
+]
 
 
 @runtime_checkable
@@ -83,4 +90,26 @@ def sqlite_ddl(table: str) -> list[str]:
         f"CREATE TABLE IF NOT EXISTS {table}_fence (id INTEGER PRIMARY KEY CHECK (id = 1), "
         "value INTEGER NOT NULL)",
         f"INSERT OR IGNORE INTO {table}_fence (id, value) VALUES (1, 0)",
+    ]
+
+
+def mysql_ddl(table: str) -> list[str]:
+    """Statements creating the lease table and its fence counter on MariaDB / MySQL
+    (idempotent). InnoDB indexes at most 3072 bytes, so the primary key is the SHA-256 of the
+    whole key, which is kept beside it (as UTF-8 bytes: no collation folds two keys)."""
+    check_table(table)
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {table} (
+    key_hash BINARY(32) NOT NULL PRIMARY KEY,
+    `key` BLOB NOT NULL,
+    owner CHAR(40) CHARACTER SET ascii NOT NULL,
+    expires_at DATETIME(6) NOT NULL,
+    ttl DOUBLE NOT NULL,
+    fence BIGINT UNSIGNED NOT NULL,
+    holder VARCHAR(255) NOT NULL,
+    started_at DATETIME(6) NOT NULL
+) ENGINE=InnoDB""",
+        f"CREATE TABLE IF NOT EXISTS {table}_fence (id TINYINT NOT NULL PRIMARY KEY, "
+        "value BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB",
+        f"INSERT IGNORE INTO {table}_fence (id, value) VALUES (1, 0)",
     ]

@@ -1,0 +1,259 @@
+"""``MySQLBackend``: the lease table on MariaDB (10.5+) or MySQL (8), through PyMySQL.
+
+Acquiring is one short transaction in two round trips: lock the key's row (``SELECT ... FOR
+UPDATE``), then, if the key is free, its lease over or ours, write it (bumping the fence
+counter for a new holder) and commit. A key with no row is inserted without ``ON DUPLICATE
+KEY``: of two lockers inserting at once, the second gets a duplicate-key error, never the
+first one's lock. Release and extend are one statement each, comparing the owner digest.
+Waiting is bounded jittered backoff (MySQL cannot notify another session).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ...errors import BackendError, ConfigError
+from ...url import LockURL
+from ..base import Backend, Capability, Grade, Grant, Lease, owner_id
+from .schema import DEFAULT_TABLE, check_table, mysql_ddl
+
+if TYPE_CHECKING:
+    from .mypool import MyPool
+
+__all__ = ["MySQLBackend"]
+
+NOW = "UTC_TIMESTAMP(6)"
+#: the server's error number for a table that does not exist
+NO_TABLE = 1146
+#: server errors that mean "someone else got there first": duplicate key, deadlock
+_RACED = {1062, 1213}
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+
+
+class MySQLBackend(Backend):
+    """Leases in a table on one MariaDB or MySQL server; see the module docstring."""
+
+    schemes: ClassVar[tuple[str, ...]] = ("mysql", "mariadb")
+    extra: ClassVar[str | None] = "mysql"
+    requires: ClassVar[str | None] = "pymysql"
+    capabilities: ClassVar[Capability] = (
+        Capability.TTL
+        | Capability.FENCING
+        | Capability.CROSS_PROCESS
+        | Capability.CROSS_HOST
+        | Capability.LIST
+        | Capability.HAND_OFF
+    )
+    grade: ClassVar[Grade] = Grade.SINGLE_NODE
+    option_types: ClassVar[Mapping[str, type]] = {
+        "username": str,
+        "password": str,
+        "connect_timeout": float,
+        "socket_timeout": float,
+        "table": str,
+    }
+
+    def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
+        super().__init__(url, options)
+        for name in ("connect_timeout", "socket_timeout"):
+            if name in self.options and not self.options[name] > 0:
+                raise ConfigError(f"option {name!r} must be a positive number of seconds")
+        database = url.path.lstrip("/")
+        if not database or "/" in database:
+            raise ConfigError(
+                f"the path of {url.redacted()} must be one database name "
+                "(mysql://user:password@host:3306/dbname)"
+            )
+        self.table = check_table(self.options.get("table", DEFAULT_TABLE))
+        from .mypool import MyPool  # PyMySQL: imported once the registry checked it is there
+
+        socket_timeout = self.options.get("socket_timeout", 10.0)
+        params = {
+            "host": url.host or "127.0.0.1",
+            "port": url.port or 3306,
+            "user": self.options.get("username"),
+            "password": self.options.get("password", ""),
+            "database": database,
+            "connect_timeout": self.options.get("connect_timeout", 5.0),
+            "read_timeout": socket_timeout,
+            "write_timeout": socket_timeout,
+            "charset": "utf8mb4",
+        }
+        self._pool: MyPool = MyPool(params, url.redacted())
+        self._holder = f"{socket.gethostname()} pid "
+        self._schema_lock = threading.Lock()
+
+    # -- statements ------------------------------------------------------------------------------
+
+    def _run(self, sql: str, params: list[Any], what: str) -> list[tuple[int, list[Any]]]:
+        try:
+            return self._pool.run(sql, params, what)
+        except BackendError as exc:
+            cause = exc.__cause__
+            if not (cause is not None and getattr(cause, "args", (None,))[0] == NO_TABLE):
+                raise
+        self.create_schema()
+        return self._pool.run(sql, params, what)
+
+    def ddl(self) -> list[str]:
+        return mysql_ddl(self.table)
+
+    def create_schema(self) -> None:
+        with self._schema_lock:
+            for statement in self.ddl():
+                self._pool.run(statement, [], "create the lease table")
+
+    # -- locking ---------------------------------------------------------------------------------
+
+    def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
+        try:
+            return self._acquire(key, owner, ttl)
+        except BackendError as exc:
+            cause = exc.__cause__
+            if getattr(cause, "args", (None,))[0] != NO_TABLE:
+                raise
+        self.create_schema()
+        return self._acquire(key, owner, ttl)
+
+    def _acquire(self, key: str, owner: str, ttl: float) -> Grant:
+        t, digest, mine = self.table, _digest(key), owner_id(owner)
+        holder = self._holder + str(os.getpid())
+        fence_sql = f"UPDATE {t}_fence SET value = LAST_INSERT_ID(value + 1) WHERE id = 1; "
+        try:
+            with self._pool.held(f"acquire {key!r}") as run:
+                looked = run(
+                    "START TRANSACTION; "
+                    f"SELECT owner, fence, TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at) "
+                    f"FROM {t} WHERE key_hash = %s FOR UPDATE",
+                    [digest],
+                )
+                rows = looked[1][1]
+                if not rows:
+                    done = run(
+                        fence_sql
+                        + f"INSERT INTO {t} (key_hash, `key`, owner, expires_at, ttl, fence, "
+                        f"holder, started_at) VALUES (%s, %s, %s, {NOW} + INTERVAL %s "
+                        f"MICROSECOND, %s, LAST_INSERT_ID(), %s, {NOW}); "
+                        "SELECT LAST_INSERT_ID(); COMMIT",
+                        [
+                            digest,
+                            key.encode("utf-8", "surrogatepass"),
+                            mine,
+                            int(ttl * 1e6),
+                            ttl,
+                            holder,
+                        ],
+                    )
+                    return Grant(True, int(done[2][1][0][0]))
+                current, fence, left_us = rows[0]
+                if current != mine and left_us > 0:
+                    run("ROLLBACK", [])
+                    return Grant(False, retry_after=left_us / 1e6)
+                new = current != mine  # a lease that is over: a new holder, a new fence
+                done = run(
+                    (fence_sql if new else "")
+                    + f"UPDATE {t} SET owner = %s, expires_at = {NOW} + INTERVAL %s "
+                    "MICROSECOND, ttl = %s, holder = %s"
+                    + (f", fence = LAST_INSERT_ID(), started_at = {NOW}" if new else "")
+                    + " WHERE key_hash = %s; "
+                    + ("SELECT LAST_INSERT_ID(); " if new else "")
+                    + "COMMIT",
+                    [mine, int(ttl * 1e6), ttl, holder, digest],
+                )
+                if new:
+                    fence = done[2][1][0][0]
+                return Grant(True, int(fence))
+        except BackendError as exc:
+            code = getattr(exc.__cause__, "args", (None,))[0]
+            if code in _RACED:  # another locker inserted the row first (or a deadlock)
+                return Grant(False, retry_after=0.0)
+            raise
+
+    def release(self, key: str, owner: str) -> bool:
+        where = "WHERE key_hash = %s AND owner = %s"
+        params = [_digest(key), owner_id(owner)]
+        done = self._run(
+            f"DELETE FROM {self.table} {where} AND expires_at > {NOW}", params, f"release {key!r}"
+        )
+        if done[0][0]:
+            return True
+        # Ours but over (or not ours): a row whose lease is over would only wait for a
+        # take-over; ours goes now.
+        self._run(f"DELETE FROM {self.table} {where}", params, f"release {key!r}")
+        return False
+
+    def extend(self, key: str, owner: str, ttl: float) -> bool:
+        return self.adopt(key, owner, ttl).acquired
+
+    def adopt(self, key: str, owner: str, ttl: float) -> Grant:
+        where = f"WHERE key_hash = %s AND owner = %s AND expires_at > {NOW}"
+        digest, mine = _digest(key), owner_id(owner)
+        done = self._run(
+            f"UPDATE {self.table} SET expires_at = {NOW} + INTERVAL %s MICROSECOND, ttl = %s "
+            f"{where}; SELECT fence FROM {self.table} WHERE key_hash = %s AND owner = %s "
+            "AND ROW_COUNT() > 0",
+            [int(ttl * 1e6), ttl, digest, mine, digest, mine],
+            f"extend {key!r}",
+        )
+        rows = done[1][1]
+        return Grant(True, int(rows[0][0])) if done[0][0] and rows else Grant(False)
+
+    # -- admin -----------------------------------------------------------------------------------
+
+    _COLUMNS = f"`key`, owner, fence, TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at), holder"
+
+    @staticmethod
+    def _lease(row: tuple[Any, ...]) -> Lease:
+        key, owner, fence, left_us, holder = row
+        return Lease(
+            key=bytes(key).decode("utf-8", "surrogatepass"),
+            owner_hint=str(owner)[:8],
+            token=int(fence),
+            ttl_remaining=max(0.0, left_us / 1e6),
+            holder=holder,
+        )
+
+    def list(self, prefix: str) -> list[Lease]:
+        raw = prefix.encode("utf-8", "surrogatepass")
+        done = self._run(
+            f"SELECT {self._COLUMNS} FROM {self.table} WHERE LEFT(`key`, %s) = %s "
+            f"AND expires_at > {NOW} ORDER BY `key`",
+            [len(raw), raw],
+            "list locks",
+        )
+        return [self._lease(row) for row in done[0][1]]
+
+    def info(self, key: str) -> Lease | None:
+        done = self._run(
+            f"SELECT {self._COLUMNS} FROM {self.table} WHERE key_hash = %s AND expires_at > {NOW}",
+            [_digest(key)],
+            f"read the lock {key!r}",
+        )
+        rows = done[0][1]
+        return self._lease(rows[0]) if rows else None
+
+    def force_release(self, key: str) -> bool:
+        digest = _digest(key)
+        done = self._run(
+            f"DELETE FROM {self.table} WHERE key_hash = %s AND expires_at > {NOW}; "
+            f"DELETE FROM {self.table} WHERE key_hash = %s",
+            [digest, digest],
+            f"force-release {key!r}",
+        )
+        return bool(done[0][0])
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def after_fork_in_child(self) -> None:
+        self._pool.forget_after_fork()
+
+    def close(self) -> None:
+        self._pool.close()
