@@ -34,6 +34,7 @@ _BUILTIN: dict[str, str] = {
     "sqlite": "lockkit_core.backends.sql.sqlite:SqliteBackend",
     "mysql": "lockkit_core.backends.sql.mysql:MySQLBackend",
     "mariadb": "lockkit_core.backends.sql.mysql:MySQLBackend",
+    "django": "lockkit_core.backends.sql.django:DjangoBackend",
 }
 
 
