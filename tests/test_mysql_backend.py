@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -86,3 +87,28 @@ def test_a_user_without_ddl_rights_is_told_to_migrate_and_works_after_it(
         with admin.cursor() as cursor:
             cursor.execute(f"DROP USER '{role}'@'%'")
         admin.close()
+
+
+def test_a_row_lock_held_by_a_stopped_transaction_reads_as_busy_within_a_second(
+    mariadb_server: MariaDBServer, fresh_db: str
+) -> None:
+    """A locker stopped between the two round trips of its acquire holds the key's row lock:
+    others are told the key is busy after InnoDB's lock wait (1 s), not after a socket
+    timeout, and not with BackendUnavailable."""
+    with LockKit(_url(mariadb_server, fresh_db)) as kit:
+        with kit.lock("k", ttl=0.05, auto_renew=False):
+            pass  # makes the row's table
+        kit.lock("k", ttl=0.05, auto_renew=False).acquire()
+        time.sleep(0.1)  # its lease is over: a taker would lock the row
+        stopped = _admin(mariadb_server, fresh_db)
+        try:
+            with stopped.cursor() as cursor:
+                cursor.execute("START TRANSACTION")
+                cursor.execute("SELECT * FROM lockkit_lease FOR UPDATE")
+            start = time.monotonic()
+            assert kit.lock("k").acquire(blocking=False) is False
+            assert time.monotonic() - start < 3.0
+        finally:
+            stopped.close()
+        with kit.lock("k", timeout=2) as held:
+            assert held.owned()

@@ -30,8 +30,9 @@ __all__ = ["MySQLBackend"]
 NOW = "UTC_TIMESTAMP(6)"
 #: the server's error number for a table that does not exist
 NO_TABLE = 1146
-#: server errors that mean "someone else got there first": duplicate key, deadlock
-_RACED = {1062, 1213}
+#: server errors that mean "someone else is there": duplicate key, deadlock, and a row lock
+#: not granted within innodb_lock_wait_timeout (a locker stopped inside its transaction)
+_RACED = {1062, 1205, 1213}
 
 
 def _digest(key: str) -> bytes:
