@@ -24,6 +24,7 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.test import RequestFactory, override_settings
 
 from .django_settings import LOCK_MIDDLEWARE, lockkit_settings
+from .redis_floor import Floor
 from .redis_monitor import CommandCounter
 from .stats import percentile
 
@@ -55,6 +56,7 @@ class InProcess:
     with_p99: float
     commands_per_request: float | None
     commands: dict[str, float]
+    floor_p50: float | None = None
 
     @property
     def mean_overhead(self) -> float:
@@ -65,6 +67,11 @@ class InProcess:
     def p50_overhead(self) -> float:
         """What the middleware added to the median request, in microseconds."""
         return self.with_p50 - self.without_p50
+
+    @property
+    def floor_ratio(self) -> float | None:
+        """The added p50 over a bare redis-py SET NX PX + compare-and-delete cycle's p50."""
+        return None if self.floor_p50 is None else self.p50_overhead / self.floor_p50
 
 
 def cases(file_url: str, redis_url: str | None) -> list[Case]:
@@ -119,8 +126,11 @@ def _count(
 
 
 def measure(case: Case, requests: int, rounds: int) -> InProcess:
-    """``rounds`` batches of ``requests`` per handler, alternating which goes first; then one
-    more batch with the middleware under MONITOR, to count the Redis commands."""
+    """``rounds`` batches of ``requests`` per handler, alternating which goes first (on Redis
+    with a batch of bare SET NX PX + compare-and-delete cycles between them, the floor); then
+    one more batch with the middleware under MONITOR, to count the Redis commands."""
+    floor = Floor(case.url) if case.route == "locked" and case.url.startswith("redis") else None
+    floor_times: list[float] = []
     with override_settings(
         ROOT_URLCONF=_ROUTES, ALLOWED_HOSTS=["*"], LOCKKIT=lockkit_settings(case.url)
     ):
@@ -131,7 +141,11 @@ def measure(case: Case, requests: int, rounds: int) -> InProcess:
         for i in range(rounds):
             for on in (True, False) if i % 2 else (False, True):
                 times[on] += _batch(with_mw if on else without_mw, case.route, requests)
+                if floor is not None and on:
+                    floor_times += floor.batch(requests)
         per_request, commands = _count(case, with_mw, requests)
+    if floor is not None:
+        floor.close()
     on, off = sorted(times[True]), sorted(times[False])
     return InProcess(
         case=case,
@@ -143,4 +157,5 @@ def measure(case: Case, requests: int, rounds: int) -> InProcess:
         with_p99=percentile(on, 99),
         commands_per_request=per_request,
         commands=commands,
+        floor_p50=percentile(sorted(floor_times), 50) if floor_times else None,
     )

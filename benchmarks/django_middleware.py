@@ -48,6 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: the no-rule path's budget, and the commands a locked request may send (acquire, release)
 NO_RULE_BUDGET_US = 20.0
 ROUND_TRIP_BUDGET = 2.0
+#: a locked request on Redis may add this many times a bare SET NX PX + compare-and-delete
+FLOOR_BUDGET = 1.2
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,14 @@ def run_in_process(args: argparse.Namespace, redis_url: str | None, tmp: Path) -
             f"{m.with_p50:8.1f} {m.with_p99:8.1f} {m.mean_overhead:7.1f} {m.p50_overhead:7.1f} "
             f" {count}"
         )
+        if m.floor_p50 is not None and m.floor_ratio is not None:
+            print(
+                f"{'  floor':18} bare redis-py SET NX PX + compare-and-delete: p50 "
+                f"{m.floor_p50:.1f} us; the rule adds {m.floor_ratio:.2f}x that "
+                f"(budget {FLOOR_BUDGET}x)"
+            )
+            if m.floor_ratio > FLOOR_BUDGET:
+                missed.append(f"{case.name}: {m.floor_ratio:.2f}x the redis-py floor")
         if case.route == "plain" and m.p50_overhead > NO_RULE_BUDGET_US:
             missed.append(f"no-rule path adds {m.p50_overhead:.1f} us (budget {NO_RULE_BUDGET_US})")
         if m.commands_per_request is not None and m.commands_per_request > (

@@ -60,13 +60,63 @@ def gunicorn(url: str, log: Path) -> tuple[subprocess.Popen[bytes], int]:
     )
 
 
+#: a locked request on Redis may add this many times a bare SET NX PX + compare-and-delete
+FLOOR_BUDGET = 1.2
+#: what a route no rule matches may add, in microseconds at p50
+NO_RULE_BUDGET_US = 5.0
+
+
+def in_process(requests: int, rounds: int) -> int:
+    """The in-process table (Redis, server and this process pinned to one CPU); exit 1 if
+    a budget is missed."""
+    from .flask_inprocess import measure
+    from .machine import choose_pinnings, pin_self
+    from .servers import redis_server
+
+    (pinning,) = choose_pinnings(("same",))
+    with redis_server(pinning.server_cpu) as server:
+        allowed = os.sched_getaffinity(0)
+        pin_self(pinning.client_cpu)
+        try:
+            rows, floor = measure(server.url, requests, rounds)
+        finally:
+            os.sched_setaffinity(0, allowed)
+    print(
+        f"In process: app.wsgi_app, {requests} requests x {rounds} rotating batches; "
+        f"microseconds per request; {pinning.note}"
+    )
+    print(f"{'':10} {'mean':>8} {'p50':>8} {'p99':>8} {'+p50':>8}")
+    for row in rows:
+        print(f"{row.name:10} {row.mean:8.1f} {row.p50:8.1f} {row.p99:8.1f} {row.added_p50:8.1f}")
+    missed = []
+    no_rule = next(r for r in rows if r.name == "no rule")
+    locked = next(r for r in rows if r.name == "locked")
+    if no_rule.added_p50 > NO_RULE_BUDGET_US:
+        missed.append(f"a route no rule matches adds {no_rule.added_p50:.1f} us")
+    if floor is not None:
+        ratio = locked.added_p50 / floor
+        print(
+            f"floor: bare redis-py SET NX PX + compare-and-delete p50 {floor:.1f} us; the "
+            f"locked route adds {ratio:.2f}x that (budget {FLOOR_BUDGET}x)"
+        )
+        if ratio > FLOOR_BUDGET:
+            missed.append(f"the locked route adds {ratio:.2f}x the redis-py floor")
+    for line in missed:
+        print(f"over budget: {line}")
+    return 1 if missed else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="Per-request overhead of @lock_route.")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=8)
-    parser.add_argument("--only", choices=["file", "redis"])
+    parser.add_argument("--only", choices=["file", "redis", "in-process"])
     parser.add_argument("--python-client", action="store_true", help="do not use wrk")
+    parser.add_argument("--requests", type=int, default=500, help="in-process batch size")
+    parser.add_argument("--in-rounds", type=int, default=20, help="in-process batches")
     args = parser.parse_args()
+    if args.only == "in-process":
+        return in_process(args.requests, args.in_rounds)
     use_wrk = shutil.which("wrk") is not None and not args.python_client
     results: list[Result] = []
     with ExitStack() as stack:

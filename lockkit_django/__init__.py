@@ -11,14 +11,13 @@
     @idempotent(required=True)      # Idempotency-Key: replay the first response to retries
     def charge(request): ...
 
-Thin over :mod:`lockkit_core`: every lock decision is the core's. See
-:mod:`lockkit_django.keys` for what a key template may name.
+Thin over :mod:`lockkit_core.guard`: every lock decision is the core's. See
+:mod:`lockkit_django.sources` for what a key template may name.
 """
 
 from .conf import get_kit
 from .fencing import fenced_update, optimistic_update
 from .idempotency.views import idempotent
-from .keys import SOURCES, RequestKeyMissing
 from .problems import (
     PROBLEM_JSON,
     IdempotencyKeyInFlight,
@@ -26,8 +25,11 @@ from .problems import (
     IdempotencyKeyReused,
     IdempotencyStoreDown,
     LockStoreDown,
+    RequestKeyMissing,
     RequestLocked,
 )
+from .signals import lock_lost
+from .sources import SOURCES
 from .views import LockViewMixin, lock_view
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "fenced_update",
     "get_kit",
     "idempotent",
+    "lock_lost",
     "lock_view",
     "optimistic_update",
 ]

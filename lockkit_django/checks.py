@@ -6,6 +6,7 @@ lockkit.E001   the URL is malformed or names an unknown scheme
 lockkit.E002   the backend's extra is not installed
 lockkit.E003   a malformed setting, option or middleware rule
 lockkit.E004   (``--deploy``) the lock store cannot be reached
+lockkit.E005   a ``LockViewMixin``'s ``lock_key`` names a URL argument its route lacks
 lockkit.W001   ``memory://``: each process has its own locks
 lockkit.W002   a lock ttl shorter than the server's request timeout, without renewal
 lockkit.W003   the default ``file://`` temp directory with ``DEBUG=False``
@@ -29,7 +30,7 @@ from lockkit_core.url import parse_url
 
 from .conf import AdapterSettings, lockkit_state, parse_settings
 
-__all__ = ["check_deploy", "check_settings"]
+__all__ = ["check_deploy", "check_settings", "check_view_keys"]
 
 _DOCS = "see the 'Django' section of lockkit's README"
 
@@ -215,3 +216,45 @@ def check_deploy(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     except LockKitError:
         return []
     return []
+
+
+@register(Tags.urls)
+def check_view_keys(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E005: a class-based view's ``lock_key`` names a URL argument that a route serving it
+    does not capture (``@lock_view`` checks the function's parameters when it decorates)."""
+    from django.urls import URLResolver, get_resolver
+
+    from .views import LockViewMixin
+
+    found: list[CheckMessage] = []
+
+    def walk(patterns: Any, captured: frozenset[str]) -> None:
+        for entry in patterns:
+            names = captured | set(entry.pattern.regex.groupindex)
+            if isinstance(entry, URLResolver):
+                walk(entry.url_patterns, names)
+                continue
+            view = getattr(entry.callback, "view_class", None)
+            if not (isinstance(view, type) and issubclass(view, LockViewMixin)):
+                continue
+            if view.lock_key is None:
+                continue
+            try:
+                fields = view.lock_rule().key.url_fields()
+            except ConfigError as exc:
+                found.append(Error(f"{view.__qualname__}: {exc}", id="lockkit.E005"))
+                continue
+            missing = [f for f in fields if f not in names]
+            if missing:
+                found.append(
+                    Error(
+                        f"{view.__qualname__}.lock_key {view.lock_key!r} names "
+                        f"{', '.join(missing)}, which the URL pattern {str(entry.pattern)!r} "
+                        f"does not capture (it captures: {', '.join(sorted(names)) or 'none'})",
+                        hint="Fix the key template, or capture the argument in the URL.",
+                        id="lockkit.E005",
+                    )
+                )
+
+    walk(get_resolver().url_patterns, frozenset())
+    return found

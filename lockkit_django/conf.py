@@ -6,6 +6,7 @@ adapter's own keys, into one :class:`LockKitState` per settings value.
     LOCKKIT = {
         "URL": "redis://127.0.0.1:6379/0",   # core: URL NAMESPACE TTL AUTO_RENEW TIMEOUT OPTIONS
         "NAMESPACE": "shop",
+        "ENABLED": True,                     # False: views and middleware rules lock nothing
         "WAIT": 0,                           # seconds a locked view waits before answering 409
         "RETRY_AFTER": 1,                    # the Retry-After of a 409 or 503
         "MIDDLEWARE": {"RULES": [{"PATH": r"^/orders/(?P<order_id>\\d+)/pay/$",
@@ -22,9 +23,8 @@ it for everyone after.
 from __future__ import annotations
 
 import copy
-import math
+import logging
 import threading
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -33,10 +33,11 @@ from django.conf import settings
 
 from lockkit_core import ConfigError, LockKitConfig
 from lockkit_core import LockKit as CoreKit
-from lockkit_core.config import check_timeout
+from lockkit_core.guard import GUARD_SETTINGS, Counts, GuardContext, GuardSettings
 
 from .idempotency.settings import IdempotencySettings, parse_idempotency
-from .rules import PathRule, rule_from_mapping
+from .path_rules import PathRule, rule_from_mapping
+from .signals import lock_lost
 from .task_options import parse_tasks
 
 __all__ = [
@@ -51,7 +52,9 @@ __all__ = [
 ]
 
 CORE_SETTINGS: Final = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
-ADAPTER_SETTINGS: Final = ("WAIT", "RETRY_AFTER", "MIDDLEWARE", "TASKS", "IDEMPOTENCY")
+ADAPTER_SETTINGS: Final = (*GUARD_SETTINGS, "MIDDLEWARE", "TASKS", "IDEMPOTENCY")
+
+log = logging.getLogger("lockkit.django")
 
 
 @dataclass(frozen=True)
@@ -59,18 +62,20 @@ class AdapterSettings:
     """What ``settings.LOCKKIT`` says beyond the core's keys."""
 
     config: LockKitConfig
-    wait: float | None = 0.0
-    retry_after: int = 1
+    guard: GuardSettings = field(default_factory=GuardSettings)
     rules: tuple[PathRule, ...] = ()
     tasks: Mapping[str, Any] = field(default_factory=dict)
     idempotency: IdempotencySettings = field(default_factory=IdempotencySettings)
 
+    @property
+    def wait(self) -> float:
+        """``WAIT``: seconds a locked request waits for its lock (default 0)."""
+        return self.guard.wait
 
-def _retry_after(value: object) -> int:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok or not math.isfinite(float(value)) or float(value) < 0:  # type: ignore[arg-type]
-        raise ConfigError(f"LOCKKIT['RETRY_AFTER'] must be whole seconds >= 0, got {value!r}")
-    return math.ceil(float(value))  # type: ignore[arg-type]
+    @property
+    def retry_after(self) -> int:
+        """``RETRY_AFTER``: the ``Retry-After`` of a 409 or 503 (default 1)."""
+        return self.guard.retry_after
 
 
 def _rules(value: object) -> tuple[PathRule, ...]:
@@ -121,8 +126,7 @@ def parse_settings(raw: object) -> AdapterSettings:
     config = LockKitConfig.from_mapping(core)
     return AdapterSettings(
         config=config,
-        wait=check_timeout(own["WAIT"], "LOCKKIT['WAIT']") if "WAIT" in own else 0.0,
-        retry_after=_retry_after(own["RETRY_AFTER"]) if "RETRY_AFTER" in own else 1,
+        guard=GuardSettings.from_mapping(own, "LOCKKIT['{}']"),
         rules=_rules(own["MIDDLEWARE"]) if "MIDDLEWARE" in own else (),
         tasks=parse_tasks(own["TASKS"]) if "TASKS" in own else {},
         idempotency=parse_idempotency(own.get("IDEMPOTENCY")),
@@ -131,17 +135,27 @@ def parse_settings(raw: object) -> AdapterSettings:
 
 @dataclass
 class LockKitState:
-    """The kit and adapter settings of one ``LOCKKIT`` value, and its refusal counts."""
+    """The kit and adapter settings of one ``LOCKKIT`` value, and the guard they make."""
 
     settings: AdapterSettings
     kit: CoreKit
-    counts: Counter[str] = field(default_factory=Counter)
-    _counts_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    guard: GuardContext = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.guard = GuardContext(self.kit, self.settings.guard, log, on_lost=[_signal_lost])
+
+    @property
+    def counts(self) -> Counts:
+        """Refused, unlocked and lost requests by event (``busy``, ``unavailable``, ...)."""
+        return self.guard.counts
 
     def count(self, event: str) -> None:
-        """Count a refused or unlocked request (``busy``, ``unavailable``, ``fail_open``)."""
-        with self._counts_lock:
-            self.counts[event] += 1
+        """Count one ``event``."""
+        self.guard.counts.add(event)
+
+
+def _signal_lost(lock: Any, route: str, error: BaseException) -> None:
+    lock_lost.send(sender=LockKitState, lock=lock, route=route, error=error)
 
 
 @dataclass

@@ -22,24 +22,25 @@ paths of ``LOCKKIT['IDEMPOTENCY']['PATHS']`` (see :mod:`lockkit_django.idempoten
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest
 
 from .conf import lockkit_state
 from .idempotency.views import run_idempotent, run_idempotent_async
-from .rules import PathRule
-from .views import run_locked, run_locked_async
+from .path_rules import PathRule
+from .views import arun_locked, run_locked
 
 __all__ = ["IdempotencyMiddleware", "LockMiddleware"]
 
 _GetResponse = Callable[[HttpRequest], Any]
 
 
-class LockMiddleware:
-    """Run each request that a rule matches under that rule's lock."""
+class _Middleware:
+    """A sync-and-async middleware: ``wrap`` says how one request runs (or None: as is)."""
 
     sync_capable = True
     async_capable = True
@@ -51,33 +52,40 @@ class LockMiddleware:
             markcoroutinefunction(self)
 
     def __call__(self, request: HttpRequest) -> Any:
-        if self.is_async:
-            return self._acall(request)
-        found = self._match(request)
-        if found is None:
-            return self.get_response(request)
-        rule, url_kwargs = found
-        return run_locked(rule, request, url_kwargs, lambda: self.get_response(request))
+        answer = self.wrap(request)
+        return self.get_response(request) if answer is None else answer
 
-    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
-        found = self._match(request)
-        if found is None:
-            response: HttpResponseBase = await self.get_response(request)
-            return response
-        rule, url_kwargs = found
-        call: Callable[[], Awaitable[HttpResponseBase]] = lambda: self.get_response(request)  # noqa: E731
-        return await run_locked_async(rule, request, url_kwargs, call)
+    def wrap(self, request: HttpRequest) -> Any:
+        """The response (or, async, its coroutine), or None to pass the request on as is."""
+        raise NotImplementedError
 
-    @staticmethod
-    def _match(request: HttpRequest) -> tuple[PathRule, dict[str, Any]] | None:
-        for rule in lockkit_state().settings.rules:
+
+class LockMiddleware(_Middleware):
+    """Run each request that a rule matches under that rule's lock."""
+
+    def wrap(self, request: HttpRequest) -> Any:
+        state = lockkit_state()
+        found = _match(request, state.settings.rules)
+        if found is None:
+            return None
+        rule, url_kwargs = found
+        run = arun_locked if self.is_async else run_locked
+        call = functools.partial(self.get_response, request)
+        return run(rule, request, url_kwargs, call, rule.path.pattern, state.guard)
+
+
+def _match(
+    request: HttpRequest, rules: tuple[PathRule, ...]
+) -> tuple[PathRule, dict[str, Any]] | None:
+    for rule in rules:
+        if rule.methods is None or request.method in rule.methods:
             url_kwargs = rule.match(request)
             if url_kwargs is not None:
                 return rule, url_kwargs
-        return None
+    return None
 
 
-class IdempotencyMiddleware:
+class IdempotencyMiddleware(_Middleware):
     """Handle ``Idempotency-Key`` on the requests ``LOCKKIT['IDEMPOTENCY']['PATHS']`` and
     ``['METHODS']`` name (see :mod:`lockkit_django.idempotency`).
 
@@ -85,32 +93,11 @@ class IdempotencyMiddleware:
     session) and before ``LockMiddleware``. Sync and async capable.
     """
 
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response: _GetResponse) -> None:
-        self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
-
-    def __call__(self, request: HttpRequest) -> Any:
-        if self.is_async:
-            return self._acall(request)
-        if not _handles(request):
-            return self.get_response(request)
-        return run_idempotent(request, _no_overrides, lambda: self.get_response(request))
-
-    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
-        if not _handles(request):
-            response: HttpResponseBase = await self.get_response(request)
-            return response
-        call: Callable[[], Awaitable[HttpResponseBase]] = lambda: self.get_response(request)  # noqa: E731
-        return await run_idempotent_async(request, _no_overrides, call)
-
-
-def _handles(request: HttpRequest) -> bool:
-    return lockkit_state().settings.idempotency.matches(request)
+    def wrap(self, request: HttpRequest) -> Any:
+        if not lockkit_state().settings.idempotency.matches(request):
+            return None
+        run = run_idempotent_async if self.is_async else run_idempotent
+        return run(request, _no_overrides, functools.partial(self.get_response, request))
 
 
 def _no_overrides() -> None:

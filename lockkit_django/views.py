@@ -1,4 +1,5 @@
-"""``@lock_view`` for function views, and ``LockViewMixin`` for class-based views.
+"""``@lock_view`` for function views, ``LockViewMixin`` for class-based views, and the one
+run-under-the-guard flow they and :class:`~lockkit_django.LockMiddleware` share.
 
 ::
 
@@ -13,11 +14,10 @@
         lock_key = "order:{order_id}"
         lock_methods = ["POST"]
 
-The view finds its lock in ``request.lockkit_lock`` (``.token`` for
-:func:`~lockkit_django.fenced_update`). A busy lock answers 409 ``application/problem+json``
-with ``Retry-After``; a store that is down answers 503 unless ``fail_open=True``. Async
-views stay coroutine functions: the lock is taken in a worker thread, so waiting never
-blocks the event loop.
+Every decision is the core guard's (:mod:`lockkit_core.guard`). The view finds its lock in
+``request.lockkit_lock`` (``.token`` for :func:`~lockkit_django.fenced_update`). Async views
+stay coroutine functions: the lock is taken in a worker thread, so waiting never blocks the
+event loop.
 """
 
 from __future__ import annotations
@@ -30,107 +30,151 @@ from typing import Any, ClassVar, TypeVar, cast
 
 from django.http import HttpRequest, HttpResponseBase
 
-from lockkit_core import ConfigError, Lock
+from lockkit_core import ConfigError
 from lockkit_core.config import UNSET
+from lockkit_core.guard import (
+    NOT_LOCKED,
+    GuardContext,
+    KeyFunc,
+    Outcome,
+    RequestLocked,
+    RequestRule,
+    Scope,
+)
 
 from .conf import lockkit_state
-from .keys import KeyFunc, RequestKeyMissing
-from .problems import problem_response
-from .rules import LockRule, OnBusy, release
+from .problems import mark_refusal, problem_response
+from .release import release_with
+from .sources import SOURCES, values
 
-__all__ = ["LockViewMixin", "lock_view", "run_locked", "run_locked_async"]
+__all__ = ["LockViewMixin", "OnBusy", "arun_locked", "lock_view", "run_locked"]
 
 V = TypeVar("V", bound=Callable[..., Any])
-_View = Callable[[], HttpResponseBase]
-_AsyncView = Callable[[], Awaitable[HttpResponseBase]]
+OnBusy = Callable[[HttpRequest, RequestLocked], HttpResponseBase]
 
 
-def _expose(request: HttpRequest, lock: Lock | None) -> None:
-    """``request.lockkit_lock``: the held lock (its ``token`` fences writes), or None when
-    the rule failed open."""
-    request.lockkit_lock = lock  # type: ignore[attr-defined]
+def _route(request: HttpRequest, default: str) -> str:
+    match = getattr(request, "resolver_match", None)
+    return getattr(match, "view_name", None) or default
+
+
+def begin(
+    rule: RequestRule,
+    request: HttpRequest,
+    url_kwargs: Mapping[str, Any],
+    route: str,
+    guard: GuardContext | None = None,
+) -> Outcome | HttpResponseBase:
+    """The guard's outcome for ``request`` (may wait: a worker thread from async code), or
+    the response refusing it; the held lock is ``request.lockkit_lock``. ``guard``: the
+    context of ``settings.LOCKKIT``, if the caller has it already."""
+    guard = guard or lockkit_state().guard
+    if not rule.applies(guard, request.method or ""):
+        return NOT_LOCKED
+    if rule.key.func is not None:
+        outcome = rule.decide(guard, route, lambda func: func(request, **url_kwargs))
+    else:
+        outcome = rule.decide(guard, route, values(request, url_kwargs, rule.key.fields))
+    refusal = outcome.refusal
+    if refusal is None:
+        request.lockkit_lock = outcome.lock  # type: ignore[attr-defined]
+        return outcome
+    if isinstance(refusal, RequestLocked) and rule.on_busy is not None:
+        return mark_refusal(rule.on_busy(request, refusal))
+    return problem_response(refusal)
 
 
 def run_locked(
-    rule: LockRule, request: HttpRequest, url_kwargs: Mapping[str, Any], call: _View
+    rule: RequestRule,
+    request: HttpRequest,
+    url_kwargs: Mapping[str, Any],
+    call: Callable[[], HttpResponseBase],
+    route: str,
+    guard: GuardContext | None = None,
 ) -> HttpResponseBase:
-    """Run ``call`` under ``rule``'s lock for ``request`` (sync)."""
-    if not rule.applies(request):
-        return call()
-    try:
-        attempt = rule.plan(request, url_kwargs, lockkit_state())
-    except RequestKeyMissing as exc:
-        return problem_response(exc)
-    refusal = rule.take(request, attempt)
-    if refusal is not None:
-        return refusal
-    _expose(request, attempt.lock if attempt.held else None)
+    """Run ``call`` under ``rule``'s lock for ``request``."""
+    outcome = begin(rule, request, url_kwargs, route, guard)
+    if not isinstance(outcome, Outcome):
+        return outcome
     try:
         response = call()
     except BaseException:
-        release(attempt)
+        outcome.release()
         raise
-    return rule.finish(attempt, response)
+    return release_with(response, outcome.release) if outcome.lock else response
 
 
-async def run_locked_async(
-    rule: LockRule, request: HttpRequest, url_kwargs: Mapping[str, Any], call: _AsyncView
+async def arun_locked(
+    rule: RequestRule,
+    request: HttpRequest,
+    url_kwargs: Mapping[str, Any],
+    call: Callable[[], Awaitable[HttpResponseBase]],
+    route: str,
+    guard: GuardContext | None = None,
 ) -> HttpResponseBase:
-    """Run ``call`` under ``rule``'s lock for ``request``; store round trips run in a thread."""
-    if not rule.applies(request):
+    """:func:`run_locked` for async code: the store round trips run in a worker thread."""
+    guard = guard or lockkit_state().guard
+    if not rule.applies(guard, request.method or ""):
         return await call()
-    try:
-        attempt = rule.plan(request, url_kwargs, lockkit_state())
-    except RequestKeyMissing as exc:
-        return problem_response(exc)
-    refusal = await asyncio.to_thread(rule.take, request, attempt)
-    if refusal is not None:
-        return refusal
-    _expose(request, attempt.lock if attempt.held else None)
+    outcome = await asyncio.to_thread(begin, rule, request, url_kwargs, route, guard)
+    if not isinstance(outcome, Outcome):
+        return outcome
     try:
         response = await call()
     except BaseException:
-        await asyncio.to_thread(release, attempt)
+        await asyncio.to_thread(outcome.release)
         raise
-    if response.streaming:
-        return rule.finish(attempt, response)
-    await asyncio.to_thread(release, attempt)
-    return response
+    if outcome.lock is not None and not response.streaming:
+        await asyncio.to_thread(outcome.release)
+    return release_with(response, outcome.release) if outcome.lock else response
+
+
+def _rule(key: str | KeyFunc, **options: Any) -> RequestRule:
+    return RequestRule(key, sources=SOURCES, **options)
 
 
 def lock_view(
     key: str | KeyFunc,
     *,
     wait: Any = UNSET,
-    ttl: Any = None,
+    ttl: Any = UNSET,
     methods: Iterable[str] | None = None,
     fail_open: bool = False,
     on_busy: OnBusy | None = None,
+    scope: Scope = "global",
 ) -> Callable[[V], V]:
-    """Run the view under the lock named by ``key`` (see :mod:`lockkit_django.keys`).
+    """Run the view under the lock named by ``key`` (see :mod:`lockkit_django.sources`).
 
     ``wait``: seconds to wait for a busy lock before answering 409 (default
     ``LOCKKIT['WAIT']``, 0); ``ttl``: the lease (default ``LOCKKIT['TTL']``, renewed while
     the view runs); ``methods``: only these HTTP methods lock; ``fail_open``: run unlocked,
     with a warning logged, when the store is down (default: 503); ``on_busy(request, exc)``
-    answers a busy request instead of the 409.
+    answers a busy request instead of the 409; ``scope="route"`` prefixes the key with the
+    view's name. A template field that is neither a view argument nor a source is a
+    ConfigError here, not a 500 at the first request.
     """
-    rule = LockRule(key, wait=wait, ttl=ttl, methods=methods, fail_open=fail_open, on_busy=on_busy)
+    rule = _rule(
+        key, wait=wait, ttl=ttl, methods=methods, fail_open=fail_open, on_busy=on_busy,
+        scope=scope,
+    )  # fmt: skip
 
     def decorate(view: V) -> V:
+        first = next(iter(inspect.signature(view).parameters), "request")
+        rule.key.check_view(view, skip=(first,))
+        name = getattr(view, "__qualname__", repr(view))
         if inspect.iscoroutinefunction(view):
 
             @functools.wraps(view)
             async def locked_async(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                return await run_locked_async(
-                    rule, request, kwargs, lambda: view(request, *args, **kwargs)
-                )
+                call = functools.partial(view, request, *args, **kwargs)
+                return await arun_locked(rule, request, kwargs, call, _route(request, name))
 
             return cast(V, locked_async)
 
         @functools.wraps(view)
         def locked(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            return run_locked(rule, request, kwargs, lambda: view(request, *args, **kwargs))
+            call = functools.partial(view, request, *args, **kwargs)
+            return run_locked(rule, request, kwargs, call, _route(request, name))
 
         return cast(V, locked)
 
@@ -141,37 +185,51 @@ class LockViewMixin:
     """Lock a class-based view's ``dispatch``; sync and async views alike.
 
     Set ``lock_key`` (a template or a callable ``(request, **kwargs)``), and optionally
-    ``lock_wait``, ``lock_ttl``, ``lock_methods``, ``lock_fail_open``.
+    ``lock_wait``, ``lock_ttl``, ``lock_methods``, ``lock_fail_open``, ``lock_on_busy``
+    (``(request, exc) -> response``; a plain function, or a ``staticmethod``) and
+    ``lock_scope``: the options of :func:`lock_view`.
     """
 
     lock_key: ClassVar[str | KeyFunc | None] = None
     lock_wait: ClassVar[Any] = UNSET
-    lock_ttl: ClassVar[Any] = None
+    lock_ttl: ClassVar[Any] = UNSET
     lock_methods: ClassVar[Iterable[str] | None] = None
     lock_fail_open: ClassVar[bool] = False
-    _lock_rule: ClassVar[LockRule | None] = None
+    lock_on_busy: ClassVar[OnBusy | None] = None
+    lock_scope: ClassVar[Scope] = "global"
+    _lock_rule: ClassVar[RequestRule | None] = None
 
     @classmethod
-    def lock_rule(cls) -> LockRule:
+    def lock_rule(cls) -> RequestRule:
         """The rule this class's attributes describe, built once per class."""
         rule = cls.__dict__.get("_lock_rule")
         if rule is None:
             if cls.lock_key is None:
                 raise ConfigError(f"{cls.__qualname__} uses LockViewMixin but sets no lock_key")
-            rule = LockRule(
+            # Read through __dict__ along the MRO: a plain function set as lock_on_busy is
+            # not bound to the view (and a staticmethod is unwrapped).
+            on_busy = next(
+                (k.__dict__["lock_on_busy"] for k in cls.__mro__ if "lock_on_busy" in k.__dict__),
+                None,
+            )
+            if isinstance(on_busy, staticmethod):
+                on_busy = on_busy.__func__
+            rule = _rule(
                 cls.lock_key,
                 wait=cls.lock_wait,
                 ttl=cls.lock_ttl,
                 methods=cls.lock_methods,
                 fail_open=cls.lock_fail_open,
+                on_busy=on_busy,
+                scope=cls.lock_scope,
             )
             cls._lock_rule = rule
         return rule
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
         """``View.dispatch`` under the lock."""
-        parent = super().dispatch  # type: ignore[misc]
-        rule = self.lock_rule()
+        call = functools.partial(super().dispatch, request, *args, **kwargs)  # type: ignore[misc]
+        route = _route(request, type(self).__qualname__)
         if getattr(self, "view_is_async", False):
-            return run_locked_async(rule, request, kwargs, lambda: parent(request, *args, **kwargs))
-        return run_locked(rule, request, kwargs, lambda: parent(request, *args, **kwargs))
+            return arun_locked(self.lock_rule(), request, kwargs, call, route)
+        return run_locked(self.lock_rule(), request, kwargs, call, route)

@@ -46,7 +46,7 @@ def _admin() -> Iterator[Admin]:
 @click.argument("prefix", default="")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def list_command(prefix: str, as_json: bool) -> None:
-    """List held locks whose key starts with PREFIX (route keys start with the endpoint)."""
+    """List held locks whose key starts with PREFIX."""
     with _admin() as admin:
         infos = admin.list(prefix)
     if as_json:

@@ -1,46 +1,55 @@
-"""``LockKit``: the Flask extension. It reads ``LOCKKIT_*`` from ``app.config`` and keeps one
-core :class:`lockkit_core.LockKit` per app in ``app.extensions["lockkit"]``."""
+"""``LockKit``: the Flask extension. It reads ``LOCKKIT_*`` from ``app.config``, keeps one
+core :class:`lockkit_core.LockKit` and guard context per app in
+``app.extensions["lockkit"]``, and stands for the current app's kit (``locks.lock(key)``)."""
 
 from __future__ import annotations
 
 import logging
-import math
-import threading
 import weakref
-from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any, Final
 
+from blinker import Namespace
 from flask import Flask, current_app
 
-from lockkit_core import ConfigError, LockKitConfig
+from lockkit_core import Admin, ConfigError, Lock, LockKitConfig
 from lockkit_core import LockKit as CoreKit
-from lockkit_core.config import UNSET, check_timeout
+from lockkit_core.config import UNSET
+from lockkit_core.guard import GUARD_SETTINGS, GuardContext, GuardSettings
+from lockkit_core.rwlock import RWLock
+from lockkit_core.semaphore import Semaphore
+from lockkit_core.store_warnings import unshared_store_warnings
 
-__all__ = ["EXTENSION_KEY", "LockKit", "LockKitState", "state_of"]
+from .errors import PROBLEMS
+
+__all__ = ["EXTENSION_KEY", "LockKit", "LockKitState", "lock_lost", "state_of"]
 
 log = logging.getLogger("lockkit.flask")
 
 EXTENSION_KEY: Final = "lockkit"
 _CORE_SETTINGS = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
-_FLASK_SETTINGS = ("ENABLED", "WAIT", "RETRY_AFTER")
+
+#: Sent (sender: the app; ``lock``, ``route``, ``error``) when a route's lock was lost while
+#: its view ran, or could not be released: the response stands, exclusion was not certain.
+lock_lost = Namespace().signal("lockkit-lock-lost")
 
 
-@dataclass
-class LockKitState:
+class LockKitState(GuardContext):
     """What one app's routes lock with; ``app.extensions["lockkit"]``."""
 
-    kit: CoreKit
-    enabled: bool
-    wait: float | None
-    retry_after: int
-    counts: Counter[str] = field(default_factory=Counter)
-    _counts_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    @property
+    def enabled(self) -> bool:
+        """``LOCKKIT_ENABLED``: false makes every route rule a no-op."""
+        return self.settings.enabled
 
-    def count(self, event: str) -> None:
-        """Count a refused or skipped request (``busy``, ``unavailable``, ``fail_open``)."""
-        with self._counts_lock:
-            self.counts[event] += 1
+    @property
+    def wait(self) -> float:
+        """``LOCKKIT_WAIT``: the default seconds a route waits for its lock."""
+        return self.settings.wait
+
+    @property
+    def retry_after(self) -> int:
+        """``LOCKKIT_RETRY_AFTER``: the ``Retry-After`` of a 409 or 503."""
+        return self.settings.retry_after
 
 
 def state_of(app: Flask) -> LockKitState:
@@ -54,33 +63,11 @@ def state_of(app: Flask) -> LockKitState:
     return state
 
 
-def _parse_bool(name: str, value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in {"1", "true", "yes", "on"}:
-        return True
-    if text in {"0", "false", "no", "off"}:
-        return False
-    raise ConfigError(f"{name} must be true or false, got {value!r}")
+def _signal_lost(app: Flask) -> Any:
+    def send(lock: Lock, route: str, error: BaseException) -> None:
+        lock_lost.send(app, lock=lock, route=route, error=error)
 
-
-def _number(value: object) -> object:
-    """A setting read from the environment is a string: ``"2.5"`` means 2.5 seconds."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return float(value)
-    except ValueError:
-        return value  # left for the check to reject with its own message
-
-
-def _parse_retry_after(value: object) -> int:
-    number = _number(value)
-    seconds = float(number) if isinstance(number, int | float) else math.nan
-    if isinstance(value, bool) or not math.isfinite(seconds) or seconds < 0:
-        raise ConfigError(f"LOCKKIT_RETRY_AFTER must be whole seconds >= 0, got {value!r}")
-    return math.ceil(seconds)
+    return send
 
 
 class LockKit:
@@ -92,7 +79,8 @@ class LockKit:
     no-op), ``WAIT`` (0: how long a route waits for its lock before answering 409) and
     ``RETRY_AFTER`` (1: seconds in the ``Retry-After`` of a 409 or 503).
     One extension may serve several apps; each gets its own store connection, closed when
-    the app is garbage collected or the interpreter exits.
+    the app is garbage collected or the interpreter exits. Inside an app context the
+    extension is that app's kit: ``locks.lock("report")``, ``locks.admin``.
     """
 
     def __init__(
@@ -117,36 +105,41 @@ class LockKit:
             "timeout": timeout,
             "options": options,
         }
-        self._flask_overrides = {"ENABLED": enabled, "WAIT": wait, "RETRY_AFTER": retry_after}
+        self._guard_overrides = {"ENABLED": enabled, "WAIT": wait, "RETRY_AFTER": retry_after}
         if app is not None:
             self.init_app(app)
 
     def init_app(self, app: Flask) -> None:
         """Read the app's settings and open its kit (no connection is made until first use)."""
+        from .route import ViewFunctions
+
         if EXTENSION_KEY in app.extensions:
             raise ConfigError(f"lockkit is already set up on the Flask app {app.name!r}")
         settings = app.config.get_namespace("LOCKKIT_", lowercase=False, trim_namespace=True)
-        unknown = sorted(set(settings) - {*_CORE_SETTINGS, *_FLASK_SETTINGS})
+        unknown = sorted(set(settings) - {*_CORE_SETTINGS, *GUARD_SETTINGS})
         if unknown:
             raise ConfigError(
                 f"unknown setting {', '.join('LOCKKIT_' + k for k in unknown)} in "
                 f"app.config; known: {', '.join('LOCKKIT_' + k for k in _CORE_SETTINGS)}, "
-                f"{', '.join('LOCKKIT_' + k for k in _FLASK_SETTINGS)}"
+                f"{', '.join('LOCKKIT_' + k for k in GUARD_SETTINGS)}"
             )
         core = {k: v for k, v in settings.items() if k in _CORE_SETTINGS}
         config = LockKitConfig.from_mapping(core, **self._core_overrides)
-        flask_settings = {k: settings.get(k, UNSET) for k in _FLASK_SETTINGS}
-        flask_settings.update({k: v for k, v in self._flask_overrides.items() if v is not UNSET})
-        enabled = flask_settings["ENABLED"]
-        wait = flask_settings["WAIT"]
-        retry_after = flask_settings["RETRY_AFTER"]
+        guard = {k: settings.get(k, UNSET) for k in GUARD_SETTINGS}
+        guard.update({k: v for k, v in self._guard_overrides.items() if v is not UNSET})
+        guard_settings = GuardSettings.from_mapping(guard, "LOCKKIT_{}")
+        url_given = "URL" in settings or self._core_overrides["url"] is not UNSET
+        for warning in unshared_store_warnings(config, url_given=url_given, setting="LOCKKIT_URL"):
+            log.warning("%s (Flask app %r)", warning, app.name)
         kit = CoreKit(config=config)
         app.extensions[EXTENSION_KEY] = LockKitState(
-            kit=kit,
-            enabled=True if enabled is UNSET else _parse_bool("LOCKKIT_ENABLED", enabled),
-            wait=0.0 if wait is UNSET else check_timeout(_number(wait), "LOCKKIT_WAIT"),
-            retry_after=1 if retry_after is UNSET else _parse_retry_after(retry_after),
+            kit, guard_settings, log, PROBLEMS, on_lost=[_signal_lost(app)]
         )
+        # @lock_route written above @app.route leaves the bare view registered: the app's
+        # view functions swap it for the locked one (also those registered before now).
+        views = ViewFunctions(app.view_functions)
+        views.adopt()
+        app.view_functions = views
         # Not on app-context teardown: that runs after every request. The kit lives as long
         # as its app; weakref.finalize also runs at interpreter exit.
         weakref.finalize(app, kit.close)
@@ -160,3 +153,20 @@ class LockKit:
     def kit(self) -> CoreKit:
         """The current app's core kit: ``with ext.kit.lock("report"): ...``."""
         return self.kit_for()
+
+    def lock(self, key: str, **options: Any) -> Lock:
+        """``kit.lock(key, ...)`` on the current app's kit."""
+        return self.kit.lock(key, **options)
+
+    def rwlock(self, key: str) -> RWLock:
+        """``kit.rwlock(key)`` on the current app's kit."""
+        return self.kit.rwlock(key)
+
+    def semaphore(self, key: str, limit: int, **options: Any) -> Semaphore:
+        """``kit.semaphore(key, limit)`` on the current app's kit."""
+        return self.kit.semaphore(key, limit, **options)
+
+    @property
+    def admin(self) -> Admin:
+        """The operator API (list / info / force_release) on the current app's kit."""
+        return self.kit.admin

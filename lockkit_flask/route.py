@@ -1,196 +1,173 @@
 """``@lock_route``: run a view under a lock named from its request; ``lock_blueprint``: the
-same for every view of a blueprint.
+same for every view of a blueprint. Every decision is the core guard's
+(:mod:`lockkit_core.guard`); this module supplies Flask's request and answers.
 
-The lock covers the whole response: it is released when the view returns, when it raises,
-or, for a streamed response, when the stream is closed (``Response.call_on_close``). Locks
-are ``reentrant=False``: they belong to the request, so whichever thread closes the stream
-(or runs ``asyncio.to_thread``) may release them.
+``@lock_route`` works written under ``@app.route`` (it wraps the view) and above it: the
+route was then registered with the bare view, and the view is swapped for its wrapper in
+``app.view_functions`` (see :class:`ViewFunctions`), so both orders run the same code and a
+request pays nothing for the check. The lock covers the whole response: it is released when
+the view returns or raises or, for a streamed response, when the stream is closed
+(``Response.call_on_close``). The view finds it in ``g.lockkit_lock``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
-import logging
+import warnings
+import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from flask import Blueprint, Response, current_app, g, request
 from flask.typing import ResponseReturnValue
 
-from lockkit_core import BackendUnavailable, ConfigError, Lock, LockNotOwned
-from lockkit_core.config import UNSET, check_timeout, check_ttl
+from lockkit_core.config import UNSET
+from lockkit_core.guard import NOT_LOCKED, Outcome, RequestRule, Scope
 
-from .errors import LockStoreUnavailable, RouteLocked
-from .extension import LockKitState, state_of
-from .keys import RouteKey
+from .errors import RequestLocked
+from .extension import state_of
+from .sources import ALL_SOURCES, Values, check_template
 
-__all__ = ["OnBusy", "RouteRule", "lock_blueprint", "lock_route"]
-
-log = logging.getLogger("lockkit.flask")
+__all__ = ["OnBusy", "ViewFunctions", "lock_blueprint", "lock_route"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-OnBusy = Callable[[RouteLocked], ResponseReturnValue]
-_HTTP_METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
+OnBusy = Callable[[Any, RequestLocked], ResponseReturnValue]
+_OUTCOMES = "_lockkit_outcomes"
+
+#: The attribute of a bare view that holds the wrapper ``@lock_route`` made of it (on the
+#: function, not in a weak map: the wrapper refers to the view, which would keep it alive).
+_WRAPPER = "__lockkit_wrapper__"
+#: Where each bare view is registered: an app's view functions and the endpoint.
+_registered: weakref.WeakKeyDictionary[
+    Callable[..., Any], list[tuple[weakref.ref[ViewFunctions], str]]
+] = weakref.WeakKeyDictionary()
 
 
-@dataclass
-class _Attempt:
-    lock: Lock
-    route: str
-    state: LockKitState
-    wait: float | None
+class ViewFunctions(dict[str, Callable[..., Any]]):
+    """``app.view_functions`` of an app with the extension: a view ``@lock_route`` has
+    decorated is registered as its wrapper, and a view registered before ``@lock_route``
+    decorated it (the decorator written above ``@app.route``) is swapped for the wrapper
+    then. Either way the route is locked, and no request pays for the check."""
+
+    def __setitem__(self, endpoint: str, view: Callable[..., Any]) -> None:
+        wrapper = getattr(view, _WRAPPER, None)
+        if wrapper is None:
+            # A view that takes no weak reference (a builtin) is never one of ours.
+            with contextlib.suppress(TypeError):
+                _registered.setdefault(view, []).append((weakref.ref(self), endpoint))
+        super().__setitem__(endpoint, view if wrapper is None else wrapper)
+
+    def adopt(self) -> None:
+        """Swap every view already registered that ``@lock_route`` has decorated."""
+        for endpoint, view in list(self.items()):
+            self[endpoint] = view
 
 
-class RouteRule:
-    """One ``@lock_route`` (or ``lock_blueprint``): which requests lock, on what, how long."""
+def _swap_registered(view: Callable[..., Any], wrapper: Callable[..., Any]) -> None:
+    try:
+        setattr(view, _WRAPPER, wrapper)
+    except AttributeError:  # a callable object without a __dict__: registered by hand
+        return
+    for ref, endpoint in _registered.pop(view, []):
+        views = ref()
+        if views is not None and views.get(endpoint) is view:
+            dict.__setitem__(views, endpoint, wrapper)
 
-    def __init__(
-        self,
-        key: str | Callable[[], str],
-        *,
-        wait: Any = UNSET,
-        ttl: Any = UNSET,
-        methods: Iterable[str] | None = None,
-        on_busy: OnBusy | None = None,
-        scope: Literal["route", "global"] = "route",
-        fail_open: bool = False,
-    ) -> None:
-        self.key = RouteKey(key)
-        self.wait = UNSET if wait is UNSET else check_timeout(wait, "wait")
-        self.ttl = UNSET if ttl is UNSET or ttl is None else check_ttl(ttl)
-        if isinstance(methods, str):
-            raise ConfigError(f"methods must be a list such as [{methods!r}], not a string")
-        self.methods = None if methods is None else frozenset(m.upper() for m in methods)
-        if self.methods is not None and "GET" in self.methods:
-            self.methods |= {"HEAD"}  # Flask answers HEAD with the GET view
-        if self.methods is not None and not self.methods <= _HTTP_METHODS:
-            raise ConfigError(
-                f"methods {sorted(self.methods - _HTTP_METHODS)} are not HTTP methods; "
-                f"use some of {sorted(_HTTP_METHODS)}"
-            )
-        if on_busy is not None and not callable(on_busy):
-            raise ConfigError(f"on_busy must be a callable taking the RouteLocked, got {on_busy!r}")
-        self.on_busy = on_busy
-        if scope not in ("route", "global"):
-            raise ConfigError(
-                f"scope must be 'route' (keys are per endpoint) or 'global' (shared with "
-                f"every route using the same key), got {scope!r}"
-            )
-        self.scope = scope
-        if not isinstance(fail_open, bool):
-            raise ConfigError(f"fail_open must be True or False, got {fail_open!r}")
-        self.fail_open = fail_open
 
-    def plan(self) -> _Attempt | None:
-        """The lock this request needs (no I/O), or None if it needs none."""
-        state = state_of(current_app)
-        if not state.enabled or (self.methods is not None and request.method not in self.methods):
-            return None
-        route = request.endpoint or request.path
-        key = self.key.render(route)
-        if self.scope == "route":
-            key = f"{route}:{key}"
-        wait = state.wait if self.wait is UNSET else self.wait
-        lock = state.kit.lock(key, ttl=self.ttl, timeout=wait, reentrant=False)
-        return _Attempt(lock, route, state, wait)
+def _on_busy(on_busy: Callable[..., Any] | None) -> OnBusy | None:
+    """``on_busy(request, exc)``, as in Django; a one-argument ``on_busy(exc)`` is the
+    former signature, still called (with a DeprecationWarning)."""
+    if on_busy is None or not callable(on_busy):
+        return on_busy
+    try:
+        params = inspect.signature(on_busy).parameters.values()
+    except (TypeError, ValueError):
+        return on_busy
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) == 1 and not any(p.kind is p.VAR_POSITIONAL for p in params):
+        warnings.warn(
+            "on_busy(exc) is deprecated: take (request, exc), as lockkit_django does",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        return lambda _request, exc: on_busy(exc)
+    return on_busy
 
-    def take(self, attempt: _Attempt) -> bool:
-        """Acquire, waiting up to the route's wait. True if held; False if the store is down
-        and the route fails open. Raises RouteLocked or LockStoreUnavailable."""
-        state = attempt.state
-        try:
-            acquired = attempt.lock.acquire(timeout=attempt.wait)
-        except BackendUnavailable as exc:
-            if self.fail_open:
-                state.count("fail_open")
-                log.warning(
-                    "%s runs WITHOUT its lock %r: the lock store is down and the route "
-                    "fails open (%s)",
-                    attempt.route,
-                    attempt.lock.key,
-                    exc,
-                )
-                return False
-            state.count("unavailable")
-            log.error("%s refused (503): lock store down: %s", attempt.route, exc)
-            raise LockStoreUnavailable(attempt.route, state.retry_after) from exc
-        if not acquired:
-            state.count("busy")
-            log.info("%s refused (409): %r is held", attempt.route, attempt.lock.key)
-            raise RouteLocked(attempt.lock.key, attempt.route, state.retry_after)
-        return True
 
-    def release(self, lock: Lock, *, quiet: bool) -> None:
-        """Release; a lease lost meanwhile is logged, and raised unless ``quiet``."""
-        try:
-            lock.release()
-        except LockNotOwned as exc:
-            log.error("lock %r was lost while its request ran: %s", lock.key, exc)
-            if not quiet:
-                raise
+def _rule(key: Any, on_busy: Callable[..., Any] | None, **options: Any) -> RequestRule:
+    rule = RequestRule(key, sources=ALL_SOURCES, on_busy=_on_busy(on_busy), **options)
+    check_template(rule.key)
+    return rule
 
-    def hand_over(self, lock: Lock, rv: ResponseReturnValue) -> Response:
-        """Release now, or when the stream closes if the response is streamed."""
-        response = current_app.make_response(rv)
+
+def decide(rule: RequestRule) -> Outcome:
+    """The guard's outcome for the current request (may wait for the lock)."""
+    state = state_of(current_app)
+    if not rule.applies(state, request.method):
+        return NOT_LOCKED
+    route = request.endpoint or request.path
+    if rule.key.func is not None:
+        return rule.decide(state, route, lambda func: func())
+    return rule.decide(state, route, Values(request.view_args or {}))
+
+
+def refuse(rule: RequestRule, outcome: Outcome) -> ResponseReturnValue:
+    """Answer a refused request: ``on_busy`` for a busy lock, else raise the HTTP error (so
+    ``@app.errorhandler`` may answer it)."""
+    refusal = outcome.refusal
+    if isinstance(refusal, RequestLocked) and rule.on_busy is not None:
+        rv: ResponseReturnValue = rule.on_busy(request, refusal)
+        return rv
+    assert isinstance(refusal, Exception)
+    raise refusal
+
+
+def hand_over(outcome: Outcome, response: Response) -> Response:
+    """Release now, or when a streamed response is closed."""
+    if outcome.lock is not None:
         if response.is_streamed:
-            response.call_on_close(lambda: self.release(lock, quiet=True))
+            response.call_on_close(outcome.release)
         else:
-            self.release(lock, quiet=False)
-        return response
-
-    def busy(self, exc: RouteLocked) -> ResponseReturnValue:
-        if self.on_busy is None:
-            raise exc
-        return self.on_busy(exc)
+            outcome.release()
+    return response
 
 
-def _wrap_sync(rule: RouteRule, view: Callable[..., Any]) -> Callable[..., Any]:
+def _wrap(rule: RequestRule, view: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(view):
+
+        @functools.wraps(view)
+        async def locked_async_view(*args: Any, **kwargs: Any) -> Any:
+            # The wait happens in a worker thread (with this context): the loop runs on.
+            outcome = await asyncio.to_thread(decide, rule)
+            if outcome.refusal is not None:
+                return refuse(rule, outcome)
+            g.lockkit_lock = outcome.lock  # .token fences writes; None: not locked
+            try:
+                response = current_app.make_response(await view(*args, **kwargs))
+            except BaseException:
+                await asyncio.to_thread(outcome.release)
+                raise
+            if not response.is_streamed:
+                await asyncio.to_thread(outcome.release)
+            return hand_over(outcome, response)
+
+        return locked_async_view
+
     @functools.wraps(view)
     def locked_view(*args: Any, **kwargs: Any) -> Any:
-        attempt = rule.plan()
+        outcome = decide(rule)
+        if outcome.refusal is not None:
+            return refuse(rule, outcome)
+        g.lockkit_lock = outcome.lock  # .token fences writes; None: not locked
         try:
-            held = attempt is not None and rule.take(attempt)
-        except RouteLocked as exc:
-            return rule.busy(exc)
-        if not held:
-            return view(*args, **kwargs)
-        assert attempt is not None
-        try:
-            rv = view(*args, **kwargs)
-            response = current_app.make_response(rv)
+            response = current_app.make_response(view(*args, **kwargs))
         except BaseException:
-            rule.release(attempt.lock, quiet=True)
+            outcome.release()
             raise
-        return rule.hand_over(attempt.lock, response)
-
-    return locked_view
-
-
-def _wrap_async(rule: RouteRule, view: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(view)
-    async def locked_view(*args: Any, **kwargs: Any) -> Any:
-        attempt = rule.plan()
-        try:
-            # Waiting happens in a worker thread: the event loop keeps running meanwhile.
-            held = attempt is not None and await asyncio.to_thread(rule.take, attempt)
-        except RouteLocked as exc:
-            return rule.busy(exc)
-        if not held:
-            return await view(*args, **kwargs)
-        assert attempt is not None
-        try:
-            rv = await view(*args, **kwargs)
-            response = current_app.make_response(rv)
-        except BaseException:
-            await asyncio.to_thread(rule.release, attempt.lock, quiet=True)
-            raise
-        if response.is_streamed:
-            return rule.hand_over(attempt.lock, response)
-        await asyncio.to_thread(rule.release, attempt.lock, quiet=False)
-        return response
+        return hand_over(outcome, response)
 
     return locked_view
 
@@ -199,38 +176,58 @@ def lock_route(
     key: str | Callable[[], str],
     *,
     wait: Any = UNSET,
-    ttl: Any = None,
+    ttl: Any = UNSET,
     methods: Iterable[str] | None = None,
     on_busy: OnBusy | None = None,
-    scope: Literal["route", "global"] = "route",
+    scope: Scope = "global",
     fail_open: bool = False,
 ) -> Callable[[F], F]:
-    """Run the view under a lock; place it under ``@app.route`` (or on a MethodView method,
-    or in its ``decorators``).
+    """Run the view under a lock; write it under or above ``@app.route`` (or on a
+    MethodView method, or in its ``decorators``).
 
-    ``key`` is a template (``"seat:{event_id}:{args[row]}"``, see :mod:`lockkit_flask.keys`)
-    or a function of no arguments. ``wait`` seconds (default ``LOCKKIT_WAIT``, 0) before a
-    busy lock answers 409 (:class:`RouteLocked`), or ``on_busy(exc)`` answers instead;
-    ``ttl`` defaults to the kit's. ``methods`` limits which HTTP methods lock. With
-    ``scope="route"`` the key is prefixed by the endpoint; ``"global"`` shares it with
-    other routes. A store that is down answers 503 unless ``fail_open=True``.
+    ``key`` is a template (``"seat:{event_id}:{query[row]}"``, see
+    :mod:`lockkit_flask.sources`) or a function of no arguments. ``wait`` seconds (default
+    ``LOCKKIT_WAIT``, 0) before a busy lock answers 409 (:class:`RequestLocked`), or
+    ``on_busy(request, exc)`` answers instead; ``ttl`` defaults to the kit's. ``methods``
+    limits which HTTP methods lock. ``scope="global"`` (the default) locks the key as
+    written; ``"route"`` prefixes it with the endpoint. A store that is down answers 503
+    unless ``fail_open=True``.
     """
-    rule = RouteRule(
-        key,
-        wait=wait,
-        ttl=ttl,
-        methods=methods,
-        on_busy=on_busy,
-        scope=scope,
-        fail_open=fail_open,
+    rule = _rule(
+        key, on_busy, wait=wait, ttl=ttl, methods=methods, scope=scope, fail_open=fail_open
     )
 
     def decorate(view: F) -> F:
         rule.key.check_view(view)
-        wrap = _wrap_async if inspect.iscoroutinefunction(view) else _wrap_sync
-        return cast(F, wrap(rule, view))
+        wrapper = _wrap(rule, view)
+        _swap_registered(view, wrapper)
+        return cast(F, wrapper)
 
     return decorate
+
+
+def _enter_hook(rule: RequestRule) -> ResponseReturnValue | None:
+    """A blueprint's ``before_request``: take the lock, or answer the refusal."""
+    outcome = decide(rule)
+    if outcome.refusal is not None:
+        return refuse(rule, outcome)
+    g.lockkit_lock = outcome.lock
+    if outcome.lock is not None:
+        g.setdefault(_OUTCOMES, []).append(outcome)
+    return None
+
+
+def _leave_hook(response: Response) -> Response:
+    """A blueprint's ``after_request``: its locks end with the response (or its stream)."""
+    for outcome in g.pop(_OUTCOMES, []):
+        hand_over(outcome, response)
+    return response
+
+
+def _teardown_hook(_exc: BaseException | None) -> None:
+    """A view that raised never reached ``after_request``: release here."""
+    for outcome in g.pop(_OUTCOMES, []):
+        outcome.release()
 
 
 def lock_blueprint(
@@ -238,49 +235,18 @@ def lock_blueprint(
     key: str | Callable[[], str],
     *,
     wait: Any = UNSET,
-    ttl: Any = None,
+    ttl: Any = UNSET,
     methods: Iterable[str] | None = None,
     on_busy: OnBusy | None = None,
-    scope: Literal["route", "global"] = "route",
+    scope: Scope = "global",
     fail_open: bool = False,
-) -> RouteRule:
+) -> RequestRule:
     """Lock every request the blueprint serves, as ``@lock_route`` would. Template fields
     that name view arguments are checked per request (400/500 naming route and value)."""
-    rule = RouteRule(
-        key,
-        wait=wait,
-        ttl=ttl,
-        methods=methods,
-        on_busy=on_busy,
-        scope=scope,
-        fail_open=fail_open,
+    rule = _rule(
+        key, on_busy, wait=wait, ttl=ttl, methods=methods, scope=scope, fail_open=fail_open
     )
-    slot = f"_lockkit_{blueprint.name}"
-
-    @blueprint.before_request
-    def acquire_blueprint_lock() -> ResponseReturnValue | None:
-        attempt = rule.plan()
-        try:
-            if attempt is not None and rule.take(attempt):
-                setattr(g, slot, attempt.lock)
-        except RouteLocked as exc:
-            return rule.busy(exc)
-        return None
-
-    @blueprint.after_request
-    def keep_lock_for_stream(response: Response) -> Response:
-        lock: Lock | None = g.pop(slot, None)
-        if lock is not None:
-            if response.is_streamed:
-                response.call_on_close(lambda: rule.release(lock, quiet=True))
-            else:
-                rule.release(lock, quiet=False)
-        return response
-
-    @blueprint.teardown_request
-    def release_blueprint_lock(exc: BaseException | None) -> None:
-        lock: Lock | None = g.pop(slot, None)
-        if lock is not None:  # the view raised before after_request ran
-            rule.release(lock, quiet=True)
-
+    blueprint.before_request(functools.partial(_enter_hook, rule))
+    blueprint.after_request(_leave_hook)
+    blueprint.teardown_request(_teardown_hook)
     return rule

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.core.checks import run_checks
 from django.db import connections
 from django.test import AsyncClient, Client, override_settings
+from djchecks import run_checks
 from djproject import idem_views
 from djproject.models import Charge
 

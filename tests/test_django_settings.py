@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from django.core.checks import run_checks
 from django.test import override_settings
+from djchecks import run_checks
 
 from lockkit_core import ConfigError
 from lockkit_core.testing import RedisServer
@@ -60,6 +60,15 @@ def test_adapter_settings_are_parsed() -> None:
 
 def test_bad_settings_raise_config_error_at_use() -> None:
     with override_settings(LOCKKIT={"TTL": -1}), pytest.raises(ConfigError, match="TTL"):
+        get_kit()
+
+
+@pytest.mark.parametrize("wait", [-1, None, "-1"])
+def test_a_request_wait_of_forever_is_refused_with_a_hint(wait: object) -> None:
+    with (
+        override_settings(LOCKKIT={"URL": "memory://x", "WAIT": wait}),
+        pytest.raises(ConfigError, match=r"WAIT'\] is .*wait forever.*0 to answer 409"),
+    ):
         get_kit()
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.checks import run_checks
 from django.test import override_settings
+from djchecks import run_checks
 from djtasks_fixtures import TaskProject
 
 from lockkit_core import ConfigError, LockKit
@@ -171,11 +171,12 @@ def test_a_store_that_cannot_pass_a_lease_on_is_refused_at_enqueue() -> None:
         tasks.send_sms.enqueue(7)
 
 
-def test_the_frameworks_own_dummy_backend_dedupes_without_any_other_tasks_app() -> None:
+def test_the_frameworks_own_backends_dedupe_without_any_other_tasks_app() -> None:
     """As a user on Django 6's built-in tasks (or the backport) without django-tasks-db has it:
-    the import works and two enqueues of one call name one result id."""
+    the import works, two enqueues of one call name one result id on DummyBackend, and on
+    ImmediateBackend a once call runs once and its duplicate names the first result."""
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("djtasks_dummy.py"))],
+        [sys.executable, str(Path(__file__).with_name("djtasks_builtin.py"))],
         env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
         capture_output=True,
         text=True,
@@ -191,3 +192,7 @@ def test_the_frameworks_own_dummy_backend_dedupes_without_any_other_tasks_app() 
     assert seen["other"] != first
     assert len(set(seen["plain"])) == 2, "a plain @task queues every call"
     assert seen["stored"] == [first, seen["other"], *seen["plain"]]
+    now = seen["immediate"]
+    assert (now["status"], now["value"]) == ("SUCCESSFUL", 70)
+    assert now["duplicate"] in ({"raised": now["first"]}, {"returned": now["first"]})
+    assert now["runs"] == [7], "the once window keeps the second call from running"

@@ -235,3 +235,102 @@ def test_a_mixin_without_a_key_is_a_config_error() -> None:
 
     with pytest.raises(ConfigError, match="sets no lock_key"):
         Keyless.lock_rule()
+
+
+def test_a_key_template_typo_is_a_config_error_when_the_view_is_decorated() -> None:
+    from lockkit_core import ConfigError
+    from lockkit_django import lock_view
+
+    def pay(request: object, order_id: int) -> object:
+        return None
+
+    with pytest.raises(ConfigError, match=r"names ordr_id, which is neither a view argument"):
+        lock_view("order:{ordr_id}")(pay)
+    lock_view("order:{order_id}:{user}")(pay)  # the right name and a source both pass
+
+
+def test_lock_view_mixin_answers_a_busy_lock_with_its_on_busy() -> None:
+    from django.http import HttpRequest, HttpResponse
+    from django.test import RequestFactory
+    from django.views import View
+
+    from lockkit_django import LockViewMixin, RequestLocked
+
+    def queued(request: HttpRequest, exc: RequestLocked) -> HttpResponse:
+        return HttpResponse(f"queued behind {exc.key}", status=202)
+
+    class Refund(LockViewMixin, View):
+        lock_key = "refund:{order_id}"
+        lock_on_busy = staticmethod(queued)
+
+        def post(self, request: HttpRequest, order_id: int) -> HttpResponse:
+            return HttpResponse("refunded")
+
+    request = RequestFactory().post("/refund/5/")
+    with get_kit().lock("refund:5"):
+        response = Refund.as_view()(request, order_id=5)
+    assert (response.status_code, response.content) == (202, b"queued behind refund:5")
+
+
+def test_a_lost_lock_keeps_the_response_and_is_signalled() -> None:
+    from django.http import HttpRequest, HttpResponse
+    from django.test import RequestFactory
+
+    from lockkit_django import lock_lost, lock_view
+    from lockkit_django.conf import lockkit_state
+
+    told: list[str] = []
+
+    def on_lost(sender: object, lock: object, **_: object) -> None:
+        told.append(getattr(lock, "key", ""))
+
+    @lock_view("refund:9")
+    def refund(request: HttpRequest) -> HttpResponse:
+        get_kit().admin.force_release("refund:9")  # an operator frees the key meanwhile
+        return HttpResponse("refunded")
+
+    lock_lost.connect(on_lost)
+    try:
+        before = lockkit_state().counts["lost"]
+        response = refund(RequestFactory().post("/refund/9/"))
+    finally:
+        lock_lost.disconnect(on_lost)
+    assert (response.status_code, response.content) == (200, b"refunded")
+    assert lockkit_state().counts["lost"] == before + 1
+    assert told == ["refund:9"]
+
+
+def test_a_mixin_key_naming_what_its_url_does_not_capture_fails_the_checks() -> None:
+    import sys
+    import types
+
+    from django.http import HttpRequest, HttpResponse
+    from django.urls import path
+    from django.views import View
+    from djchecks import run_checks
+
+    from lockkit_django import LockViewMixin
+
+    class Refund(LockViewMixin, View):
+        lock_key = "refund:{ordr_id}"
+
+        def post(self, request: HttpRequest, order_id: int) -> HttpResponse:
+            return HttpResponse("refunded")
+
+    class Fine(LockViewMixin, View):
+        lock_key = "refund:{order_id}"
+
+    urls = types.ModuleType("lockkit_typo_urls")
+    urls.urlpatterns = [  # type: ignore[attr-defined]
+        path("refund/<int:order_id>/", Refund.as_view()),
+        path("fine/<int:order_id>/", Fine.as_view()),
+    ]
+    sys.modules[urls.__name__] = urls
+    try:
+        with override_settings(ROOT_URLCONF=urls.__name__):
+            found = [m for m in run_checks() if m.id == "lockkit.E005"]
+    finally:
+        del sys.modules[urls.__name__]
+    assert len(found) == 1, found
+    assert "Refund" in found[0].msg
+    assert "ordr_id" in found[0].msg

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,8 @@ def test_settings_given_as_strings_are_parsed(tmp_path: Path) -> None:
         ("LOCKKIT_WAIT", "soon", "LOCKKIT_WAIT must be a positive number of seconds, got str"),
         ("LOCKKIT_RETRY_AFTER", "later", "LOCKKIT_RETRY_AFTER must be whole seconds"),
         ("LOCKKIT_URL", "sftp://x", "sftp"),
+        ("LOCKKIT_WAIT", "-1", "LOCKKIT_WAIT is '-1', which makes a request wait forever"),
+        ("LOCKKIT_WAIT", None, "LOCKKIT_WAIT is None, which makes a request wait forever"),
     ],
 )
 def test_bad_settings_are_config_errors_naming_the_setting(
@@ -107,7 +110,7 @@ def test_two_apps_in_one_process_each_lock_on_their_own_kit(tmp_path: Path) -> N
     assert state_of(first).kit is not state_of(second).kit
     # The first app's order 7 is taken elsewhere; the second app, on its own store, is free.
     blocker = CoreKit(f"file://{tmp_path / 'a' / 'locks'}")
-    with blocker.lock("pay:order:7"):
+    with blocker.lock("order:7"):
         assert first.test_client().put("/orders/7").status_code == 409
         assert second.test_client().put("/orders/7").status_code == 200
     with first.app_context():
@@ -119,7 +122,7 @@ def test_two_apps_in_one_process_each_lock_on_their_own_kit(tmp_path: Path) -> N
 def test_disabled_makes_lock_route_a_no_op(tmp_path: Path) -> None:
     app = make_app(tmp_path, LOCKKIT_ENABLED=False)
     LockKit(app)
-    with CoreKit(f"file://{tmp_path / 'locks'}").lock("pay:order:7"):
+    with CoreKit(f"file://{tmp_path / 'locks'}").lock("order:7"):
         assert app.test_client().put("/orders/7").status_code == 200
 
 
@@ -131,4 +134,55 @@ def test_the_kit_is_closed_when_its_app_is_collected(tmp_path: Path) -> None:
     assert kit._closer.alive
     del app
     gc.collect()
+    assert not kit._closer.alive
+
+
+@pytest.mark.parametrize(
+    ("config", "warned"),
+    [
+        ({}, "default file://"),
+        ({"LOCKKIT_URL": "memory://"}, "memory://"),
+    ],
+)
+def test_a_store_other_processes_may_not_share_is_warned_about(
+    config: dict[str, str], warned: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = Flask("shop")
+    app.config.update(config)
+    with caplog.at_level(logging.WARNING, logger="lockkit.flask"):
+        LockKit(app)
+    assert any(warned in r.getMessage() for r in caplog.records)
+
+
+def test_the_extension_is_usable_as_the_kit(tmp_path: Path) -> None:
+    app = Flask("shop")
+    app.config.update(LOCKKIT_URL=f"file://{tmp_path}")
+    locks = LockKit(app)
+    with app.app_context():
+        with locks.lock("report", timeout=0) as held:
+            assert isinstance(held.token, int)
+            assert locks.admin.info("report") is not None
+        assert locks.admin.info("report") is None
+
+
+def test_an_app_with_locked_routes_is_collected_and_its_kit_closed(tmp_path: Path) -> None:
+    import weakref
+
+    def factory() -> Flask:
+        app = make_app(tmp_path)
+        LockKit(app)
+
+        @lock_route("report")
+        @app.put("/report")
+        def report() -> str:
+            return app.name  # the view refers to its app, as factory views often do
+
+        return app
+
+    app = factory()
+    kit = state_of(app).kit
+    gone = weakref.ref(app)
+    del app
+    gc.collect()
+    assert gone() is None
     assert not kit._closer.alive

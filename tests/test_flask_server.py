@@ -70,3 +70,9 @@ def test_last_seats_are_sold_exactly_once(server: Gunicorn) -> None:
     assert state["left"] == 0
     assert sorted(state["sold"]) == sorted(set(state["sold"]))
     assert len(state["sold"]) == 5
+
+
+def test_lock_route_above_app_route_locks_too(server: Gunicorn) -> None:
+    calls = [("POST", "/events/gala/refund", "") for _ in range(3)]
+    statuses = sorted(status for status, _ in concurrently(server.port, calls, clients=3))
+    assert statuses == [200, 409, 409]

@@ -157,17 +157,17 @@ def test_every_lockkit_error_survives_pickling() -> None:
     from lockkit_core.dedupe import TaskLocked
     from lockkit_core.errors import BackendNotInstalled, LockLost, LockTimeout
     from lockkit_django.problems import IdempotencyStoreDown, LockStoreDown, RequestLocked
-    from lockkit_flask.errors import RouteLocked
+    from lockkit_flask.errors import RequestLocked as FlaskRequestLocked
 
     errors: list[Exception] = [
         LockTimeout("order:7", "order:7 stayed busy for 5 s"),
         LockLost("order:7", "its lease ran out"),
         BackendNotInstalled("redis", "redis", "redis"),
         TaskLocked("task:sms", "abc-123", "sms(7) is already queued as abc-123"),
-        RequestLocked("order:7", 3),
-        LockStoreDown("order:7", 2),
+        RequestLocked("order:7", "pay", 3),
+        LockStoreDown("order:7", "pay", 2),
         IdempotencyStoreDown("the cache", 1),
-        RouteLocked("order:7", "/pay", 4),
+        FlaskRequestLocked("order:7", "pay", 4),
     ]
     for error in errors:
         back = pickle.loads(pickle.dumps(error))

@@ -37,7 +37,7 @@ from ..problems import (
     is_refusal,
     problem_response,
 )
-from ..rules import after_commit
+from ..release import after_commit
 from .header import fingerprint, parse_key, scope_of
 from .settings import IdempotencySettings
 from .store import KeptResponse, keep, kept

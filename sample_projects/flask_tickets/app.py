@@ -48,7 +48,7 @@ def create_app(**config: Any) -> Flask:
         return {"index": index, "written": written, "read": read, "pid": os.getpid()}
 
     @app.put("/todos")
-    @lock_route("todo:{args[index]}", wait=30)
+    @lock_route("todo:{query[index]}", wait=30)
     def put_todo() -> dict[str, Any]:
         return write_then_read(request.args.get("index", type=int, default=0))
 
@@ -87,6 +87,13 @@ def create_app(**config: Any) -> Flask:
     @lock_route("event:{event}", wait=30)
     def book_seat(event: str) -> tuple[dict[str, Any], int]:
         return book(event)
+
+    # The decorators in the other order lock just the same: lockkit finds the route by its view.
+    @lock_route("event:{event}")
+    @app.post("/events/<event>/refund")
+    def refund(event: str) -> tuple[dict[str, Any], int]:
+        time.sleep(work * 100)  # long enough for concurrent refunds to overlap
+        return {"event": event, "refunded": True}, 200
 
     @app.post("/unlocked/events/<event>/book")
     def book_seat_unlocked(event: str) -> tuple[dict[str, Any], int]:

@@ -1,0 +1,178 @@
+"""Request lock keys: templates such as ``"order:{order_id}:{user}"`` filled per request.
+
+A bare field names a URL (view) argument; every other root names a *source* the adapter
+declares (``query``, ``form``, ``headers``, ``user``, ...). A source knows how to describe a
+missing value, and whose fault it is: the client's (a 400, :class:`RequestKeyMissing`) or the
+app's (a :class:`~lockkit_core.ConfigError` with the source's hint).
+"""
+
+from __future__ import annotations
+
+import inspect
+import string
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+from ..keys import check_key
+from .problems import RequestKeyMissing
+
+__all__ = ["KeyFunc", "RequestKey", "Source", "UserValue"]
+
+KeyFunc = Callable[..., Any]
+_formatter = string.Formatter()
+
+
+@dataclass(frozen=True)
+class Source:
+    """A request source a key template may name, as messages describe it."""
+
+    what: str
+    """The source itself: ``"the signed-in user"``, ``"the session"``."""
+    item: str | None = None
+    """One of its items: ``"the header"`` (``{headers[X-Desk]}`` -> the header 'X-Desk')."""
+    hint: str | None = None
+    """Set when a missing value is the app's bug: the ConfigError says how to fix it."""
+
+    def describe(self, root: str, field: str) -> str:
+        """The missing value in words, for the 400's detail."""
+        name = field[len(root) :].strip("[].")
+        return f"{self.item} {name!r}" if name and self.item else self.what
+
+
+def _root(field: str) -> str:
+    return field.split(".", 1)[0].split("[", 1)[0]
+
+
+class RequestKey:
+    """A parsed key template (or a key function the adapter calls), rendered per request."""
+
+    def __init__(self, key: str | KeyFunc, sources: Mapping[str, Source]) -> None:
+        self.sources = sources
+        self.func: KeyFunc | None = None
+        self.template = ""
+        self.parts: list[tuple[str, str | None, str | None, str | None]] = []
+        self.fields: tuple[str, ...] = ()
+        if callable(key):
+            self.func = key
+            return
+        if not isinstance(key, str):
+            raise ConfigError(
+                f"a lock key must be a template such as 'order:{{order_id}}' or a callable, "
+                f"got {type(key).__name__} {key!r}"
+            )
+        check_key(key)
+        self.template = key
+        try:
+            self.parts = list(_formatter.parse(key))
+        except ValueError as exc:
+            raise ConfigError(f"lock key template {key!r} is malformed: {exc}") from exc
+        roots = []
+        for _, field, spec, _ in self.parts:
+            if field is None:
+                continue
+            root = _root(field)
+            if not root or root.isdigit():
+                raise ConfigError(
+                    f"lock key template {key!r} uses a positional field {{{field}}}; name a "
+                    "view argument or a source instead, e.g. 'order:{order_id}:{user}'"
+                )
+            if spec and "{" in spec:
+                raise ConfigError(f"lock key template {key!r} nests a field in a format spec")
+            roots.append(root)
+        self.fields = tuple(dict.fromkeys(roots))
+
+    def __repr__(self) -> str:
+        return f"RequestKey({self.template or self.func!r})"
+
+    def url_fields(self) -> tuple[str, ...]:
+        """The fields that must come from URL (view) arguments."""
+        return tuple(f for f in self.fields if f not in self.sources)
+
+    def check_view(self, view: Callable[..., Any], skip: Iterable[str] = ()) -> None:
+        """Raise :class:`ConfigError` if the template names a view argument ``view`` lacks,
+        or ``view`` takes an argument named like a source the template uses. ``skip``: leading
+        parameters that are not URL arguments (Django's ``request``, a method's ``self``)."""
+        if self.func is not None:
+            return
+        params = dict(inspect.signature(view).parameters)
+        for name in skip:
+            params.pop(name, None)
+        name = getattr(view, "__qualname__", repr(view))
+        clash = [p for p in params if p in self.sources and p in self.fields]
+        if clash:
+            raise ConfigError(
+                f"view {name} takes {', '.join(clash)}, which lock key templates reserve "
+                f"for request sources ({', '.join(self.sources)}); rename the view argument"
+            )
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return
+        missing = [f for f in self.url_fields() if f not in params]
+        if missing:
+            raise ConfigError(
+                f"lock key template {self.template!r} on view {name} names "
+                f"{', '.join(missing)}, which is neither a view argument of {name} "
+                f"({', '.join(params) or 'none'}) nor a source ({', '.join(self.sources)})"
+            )
+
+    def from_func(self, result: object, route: str) -> str:
+        """Check what the key function returned for ``route``."""
+        if not isinstance(result, str) or not result:
+            raise ConfigError(
+                f"the lock key function {self.func!r} of {route} returned {result!r}; it "
+                "must return a non-empty str"
+            )
+        return check_key(result)
+
+    def render(
+        self,
+        route: str,
+        values: Mapping[str, Any],
+        missing: type[RequestKeyMissing] = RequestKeyMissing,
+    ) -> str:
+        """The key for one request from ``values`` (URL arguments and the sources the
+        template names). A value the client did not send raises ``missing`` (a 400); one the
+        app should have provided is a ConfigError naming the route and the field."""
+        out = []
+        for literal, field, spec, conversion in self.parts:
+            out.append(literal)
+            if field is None:
+                continue
+            try:
+                value, _ = _formatter.get_field(field, (), values)
+                value = _formatter.convert_field(value, conversion)
+                out.append(_formatter.format_field(value, spec or ""))
+            except (LookupError, AttributeError, TypeError) as exc:
+                root = _root(field)
+                source = self.sources.get(root)
+                if source is not None and source.hint is None:
+                    raise missing(route, field, source.describe(root, field)) from None
+                hint = (
+                    source.hint
+                    if source is not None
+                    else "the route does not pass that view argument (URL arguments: "
+                    f"{', '.join(k for k in values if k not in self.sources) or 'none'})"
+                )
+                raise ConfigError(
+                    f"{route} locks on {self.template!r}, but {{{field}}} has no value in "
+                    f"this request ({type(exc).__name__}: {exc}); {hint}"
+                ) from None
+        return check_key("".join(out))
+
+
+class UserValue:
+    """A signed-in user as a key source: ``{user}`` is its id, ``{user.email}`` an attribute."""
+
+    def __init__(self, user: Any, ident: object) -> None:
+        self._user = user
+        self._ident = str(ident)
+
+    def __format__(self, spec: str) -> str:
+        return format(self._ident, spec)
+
+    def __str__(self) -> str:
+        return self._ident
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._user, name)
