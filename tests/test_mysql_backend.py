@@ -3,16 +3,20 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pymysql
 import pytest
 from click.testing import CliRunner
 
 from lockkit_core import ConfigError, LockKit
+from lockkit_core.backends.sql import MySQLBackend
 from lockkit_core.cli import cli
+from lockkit_core.registry import create_backend
 from lockkit_core.testing.mariadb import MariaDBServer
 
 pytestmark = pytest.mark.mysql
@@ -112,3 +116,32 @@ def test_a_row_lock_held_by_a_stopped_transaction_reads_as_busy_within_a_second(
             stopped.close()
         with kit.lock("k", timeout=2) as held:
             assert held.owned()
+
+
+def test_uncontended_acquire_and_release_take_two_round_trips(
+    mariadb_server: MariaDBServer, fresh_db: str
+) -> None:
+    """Each ``COM_QUERY`` the client sends is one round trip (a multi-statement's results come
+    back in the same exchange)."""
+    backend = create_backend(_url(mariadb_server, fresh_db))
+    assert isinstance(backend, MySQLBackend)
+    try:
+        owner = secrets.token_hex(16)
+        assert backend.try_acquire("warm", owner, 5.0).acquired  # makes the table
+        assert backend.release("warm", owner)
+        pool: Any = backend._pool
+        conn, _ = pool.take("count")
+        sent = [0]
+        query = conn.query
+
+        def counted(sql: Any, unbuffered: bool = False) -> Any:
+            sent[0] += 1
+            return query(sql, unbuffered)
+
+        conn.query = counted
+        pool.give(conn)
+        assert backend.try_acquire("k", owner, 5.0).acquired
+        assert backend.release("k", owner)
+        assert sent[0] == 2
+    finally:
+        backend.close()

@@ -93,14 +93,14 @@ class MyPool:
         _close(conn)
 
     @contextmanager
-    def held(self, what: str) -> Iterator[Callable[[str, Sequence[Any]], Results]]:
+    def held(self, what: str) -> Iterator[Callable[[str, Any], Results]]:
         """One connection for several statements (a transaction): ``run(sql, params)``
         executes on it and returns, per statement, its affected row count and rows. On an
         error the connection is closed, so the server rolls back what was left open."""
         conn, fresh = self.take(what)
         used = False
 
-        def run(sql: str, params: Sequence[Any]) -> Results:
+        def run(sql: str, params: Any) -> Results:
             nonlocal conn, fresh, used
             while True:
                 started = time.monotonic()
@@ -122,7 +122,7 @@ class MyPool:
             raise
         self.give(conn)
 
-    def run(self, sql: str, params: Sequence[Any], what: str) -> Results:
+    def run(self, sql: str, params: Sequence[Any] | Mapping[str, Any], what: str) -> Results:
         """Execute ``sql`` (one or more statements) on a connection of the pool."""
         with self.held(what) as run:
             return run(sql, params)
@@ -140,7 +140,7 @@ class MyPool:
             _close(conn)
 
 
-def _execute(conn: Conn, sql: str, params: Sequence[Any], what: str, where: str) -> Results:
+def _execute(conn: Conn, sql: str, params: Any, what: str, where: str) -> Results:
     with translated(what, where), conn.cursor() as cursor:
         cursor.execute(sql, params)
         results = [(cursor.rowcount, list(cursor.fetchall()))]

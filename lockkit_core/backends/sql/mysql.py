@@ -1,11 +1,9 @@
 """``MySQLBackend``: the lease table on MariaDB (10.5+) or MySQL (8), through PyMySQL.
 
-Acquiring is one short transaction in two round trips: lock the key's row (``SELECT ... FOR
-UPDATE``), then, if the key is free, its lease over or ours, write it (bumping the fence
-counter for a new holder) and commit. A key with no row is inserted without ``ON DUPLICATE
-KEY``: of two lockers inserting at once, the second gets a duplicate-key error, never the
-first one's lock. Release and extend are one statement each, comparing the owner digest.
-Waiting is bounded jittered backoff (MySQL cannot notify another session).
+Acquiring is one short transaction sent in one round trip (see :func:`acquire_sql`): lock
+the key's row, and if the key is free, its lease over or ours, write it (bumping the fence
+counter for a new holder) and commit. Release and extend are one statement each, comparing
+the owner digest. Waiting is bounded jittered backoff (MySQL cannot notify another session).
 """
 
 from __future__ import annotations
@@ -37,6 +35,33 @@ _RACED = {1062, 1205, 1213}
 
 def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+
+
+def acquire_sql(t: str) -> str:
+    """One round trip: lock the key's row, decide in user variables whether we may take it
+    (no row, a lease that is over, or ours), bump the fence counter for a new holder, write,
+    commit, and answer ``(taken, fence, microseconds left)``. A key with no row is inserted
+    without ``ON DUPLICATE KEY``: of two lockers inserting at once, the second gets a
+    duplicate-key error (the multi-statement stops there and its connection is dropped, so
+    the server rolls back), never the first one's lock."""
+    return f"""SET @lk_o = NULL, @lk_f = NULL, @lk_left = NULL;
+START TRANSACTION;
+SELECT owner, fence, TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at) INTO @lk_o, @lk_f, @lk_left
+FROM {t} WHERE key_hash = %(hash)s FOR UPDATE;
+SET @lk_new = (@lk_o IS NULL OR (@lk_o <> %(owner)s AND @lk_left <= 0));
+SET @lk_take = (@lk_new OR @lk_o = %(owner)s);
+UPDATE {t}_fence SET value = LAST_INSERT_ID(value + 1) WHERE id = 1 AND @lk_new;
+SET @lk_f = IF(@lk_new, LAST_INSERT_ID(), @lk_f);
+INSERT INTO {t} (key_hash, `key`, owner, expires_at, ttl, fence, holder, started_at)
+SELECT %(hash)s, %(key)s, %(owner)s, {NOW} + INTERVAL %(micros)s MICROSECOND, %(ttl)s, @lk_f,
+       %(holder)s, {NOW}
+FROM DUAL WHERE @lk_take AND @lk_o IS NULL;
+UPDATE {t} SET owner = %(owner)s, expires_at = {NOW} + INTERVAL %(micros)s MICROSECOND,
+       ttl = %(ttl)s, holder = %(holder)s, fence = @lk_f,
+       started_at = IF(@lk_new, {NOW}, started_at)
+WHERE key_hash = %(hash)s AND @lk_take AND @lk_o IS NOT NULL;
+COMMIT;
+SELECT @lk_take, @lk_f, @lk_left"""
 
 
 class MySQLBackend(Backend):
@@ -89,6 +114,7 @@ class MySQLBackend(Backend):
             "charset": "utf8mb4",
         }
         self._pool: MyPool = MyPool(params, url.redacted())
+        self._acquire_sql = acquire_sql(self.table)
         self._holder = f"{socket.gethostname()} pid "
         self._schema_lock = threading.Lock()
 
@@ -125,58 +151,27 @@ class MySQLBackend(Backend):
         return self._acquire(key, owner, ttl)
 
     def _acquire(self, key: str, owner: str, ttl: float) -> Grant:
-        t, digest, mine = self.table, _digest(key), owner_id(owner)
-        holder = self._holder + str(os.getpid())
-        fence_sql = f"UPDATE {t}_fence SET value = LAST_INSERT_ID(value + 1) WHERE id = 1; "
+        digest, mine = _digest(key), owner_id(owner)
+        micros = int(ttl * 1e6)
+        params = {
+            "hash": digest,
+            "key": key.encode("utf-8", "surrogatepass"),
+            "owner": mine,
+            "micros": micros,
+            "ttl": ttl,
+            "holder": self._holder + str(os.getpid()),
+        }
         try:
-            with self._pool.held(f"acquire {key!r}") as run:
-                looked = run(
-                    "START TRANSACTION; "
-                    f"SELECT owner, fence, TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at) "
-                    f"FROM {t} WHERE key_hash = %s FOR UPDATE",
-                    [digest],
-                )
-                rows = looked[1][1]
-                if not rows:
-                    done = run(
-                        fence_sql
-                        + f"INSERT INTO {t} (key_hash, `key`, owner, expires_at, ttl, fence, "
-                        f"holder, started_at) VALUES (%s, %s, %s, {NOW} + INTERVAL %s "
-                        f"MICROSECOND, %s, LAST_INSERT_ID(), %s, {NOW}); "
-                        "SELECT LAST_INSERT_ID(); COMMIT",
-                        [
-                            digest,
-                            key.encode("utf-8", "surrogatepass"),
-                            mine,
-                            int(ttl * 1e6),
-                            ttl,
-                            holder,
-                        ],
-                    )
-                    return Grant(True, int(done[2][1][0][0]))
-                current, fence, left_us = rows[0]
-                if current != mine and left_us > 0:
-                    run("ROLLBACK", [])
-                    return Grant(False, retry_after=left_us / 1e6)
-                new = current != mine  # a lease that is over: a new holder, a new fence
-                done = run(
-                    (fence_sql if new else "")
-                    + f"UPDATE {t} SET owner = %s, expires_at = {NOW} + INTERVAL %s "
-                    "MICROSECOND, ttl = %s, holder = %s"
-                    + (f", fence = LAST_INSERT_ID(), started_at = {NOW}" if new else "")
-                    + " WHERE key_hash = %s; "
-                    + ("SELECT LAST_INSERT_ID(); " if new else "")
-                    + "COMMIT",
-                    [mine, int(ttl * 1e6), ttl, holder, digest],
-                )
-                if new:
-                    fence = done[2][1][0][0]
-                return Grant(True, int(fence))
+            done = self._pool.run(self._acquire_sql, params, f"acquire {key!r}")
         except BackendError as exc:
             code = getattr(exc.__cause__, "args", (None,))[0]
-            if code in _RACED:  # another locker inserted the row first (or a deadlock)
+            if code in _RACED:  # another locker inserted the row first, or holds it stopped
                 return Grant(False, retry_after=0.0)
             raise
+        taken, fence, left_us = done[-1][1][0]
+        if taken:
+            return Grant(True, int(fence))
+        return Grant(False, retry_after=max(0.0, float(left_us) / 1e6))
 
     def release(self, key: str, owner: str) -> bool:
         where = "WHERE key_hash = %s AND owner = %s"
