@@ -16,7 +16,7 @@ from holders import (
 )
 
 from lockkit_core import BackendUnavailable, Lock, LockKit
-from lockkit_core.testing import PostgresServer
+from lockkit_core.testing import PostgresServer, TcpProxy
 
 pytestmark = [pytest.mark.postgresql, pytest.mark.slow]
 
@@ -205,3 +205,56 @@ def test_stopped_server_raises_backend_unavailable_quickly(namespace: str) -> No
             kit.close()
     finally:
         server.close()
+
+
+def test_black_holed_link_raises_within_timeout_plus_socket_timeout(
+    own_server: PostgresServer, direct: LockKit, namespace: str
+) -> None:
+    """Callers on a link that goes dark (the proxy accepts and acks, nothing arrives): each
+    raises BackendUnavailable within its timeout plus one socket (or connect) timeout, never
+    hangs and never returns False; a waiter whose link goes dark mid-wait too."""
+    with TcpProxy("127.0.0.1", own_server.port) as proxy:
+        url = (
+            f"postgresql://{own_server.user}@127.0.0.1:{proxy.port}/{own_server.database}"
+            "?socket_timeout=0.5&connect_timeout=2"
+        )
+        far = LockKit(url, namespace=namespace, ttl=5)
+        try:
+            holder = direct.lock("dark")
+            assert holder.acquire()
+            outcome: list[object] = []
+
+            def wait_for_it() -> None:
+                start = time.monotonic()
+                try:
+                    outcome.append(far.lock("dark", timeout=3).acquire())
+                except BackendUnavailable as exc:
+                    outcome.append(exc)
+                outcome.append(time.monotonic() - start)
+
+            waiter = threading.Thread(target=wait_for_it)
+            waiter.start()
+            time.sleep(0.5)
+            proxy.partition()
+            waiter.join(3 + 0.5 + 3)
+            assert not waiter.is_alive(), "the waiter hung on a dark link"
+            assert isinstance(outcome[0], BackendUnavailable), outcome
+            assert isinstance(outcome[1], float) and outcome[1] <= 3 + 0.5 + 0.5
+            for attempt in (
+                lambda: far.lock("dark").acquire(blocking=False),
+                lambda: far.lock("dark", timeout=0.4).acquire(),
+            ):
+                start = time.monotonic()
+                with pytest.raises(BackendUnavailable):
+                    attempt()
+                # a new connection may be needed: libpq's connect timeout is 2 s at least
+                assert time.monotonic() - start <= 0.4 + 2.0 + 0.5
+            # Released before the link heals, so the attempts held back in it find the key
+            # free when they arrive: the kit gives their grants back by itself (their
+            # callers are gone), or the key would be held for a 5 s ttl by nobody.
+            holder.release()
+            proxy.heal()
+            with far.lock("dark", timeout=3) as held:
+                assert held.owned()
+        finally:
+            far.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -15,18 +15,51 @@ from psycopg import errors as pg_errors
 
 from ...errors import BackendError, BackendUnavailable, ConfigError
 
-__all__ = ["MAX_IDLE", "PgPool", "translated"]
+__all__ = ["MAX_IDLE", "BoundedConnection", "NoAnswer", "PgPool", "translated"]
 
 #: idle connections kept per backend; more are opened under load and closed when returned
 MAX_IDLE = 4
 #: a pooled connection that fails faster than this was dead before we used it (the server
 #: ended it: a restart, ``pg_terminate_backend``); one retry on a fresh one is then safe and
 #: cannot stretch the caller's timeout by a network timeout
-DEAD_ON_USE = 0.5
+DEAD_ON_USE = 0.1
+
+
+class NoAnswer(psycopg.OperationalError):
+    """The server did not answer within the connection's ``io_timeout``."""
+
+
+class BoundedConnection(psycopg.Connection[Any]):
+    """A connection whose every exchange with the server ends within ``io_timeout`` seconds.
+
+    libpq has no socket timeout: a peer that accepts and acknowledges but never answers (a
+    black-holed link, a stopped proxy) would hang a call for ever. Waits that psycopg makes
+    without a timeout of their own get ``io_timeout``; when it passes, the connection is in
+    an unknown state, so it is closed and the call fails with ``OperationalError``."""
+
+    io_timeout: float = 10.0
+    #: the server process of a connection given up for want of an answer
+    abandoned_pid: int | None = None
+
+    def wait(
+        self,
+        gen: Any,
+        interval: float = 0.1,
+        timeout: float | None = None,
+    ) -> Any:
+        if timeout is not None:  # notifies(timeout=...): its own bound, not an outage
+            return super().wait(gen, interval, timeout)
+        try:
+            return super().wait(gen, interval, self.io_timeout)
+        except pg_errors._WaitTimeout as exc:  # psycopg has no public name for it
+            self.abandoned_pid = self.pgconn.backend_pid
+            self.pgconn.finish()
+            raise NoAnswer(f"no answer from the server within {self.io_timeout:g} s") from exc
+
 
 #: connections inherited across a fork: never used, never closed (closing would end the
 #: parent's session, whose socket the child shares), only kept referenced
-_inherited: list[psycopg.Connection[Any]] = []
+_inherited: list[BoundedConnection] = []
 
 
 @contextmanager
@@ -49,19 +82,22 @@ def translated(what: str, where: str) -> Iterator[None]:
 class PgPool:
     """Up to :data:`MAX_IDLE` idle autocommit connections, shared by the backend's threads."""
 
-    def __init__(self, conninfo: str, where: str) -> None:
+    def __init__(self, conninfo: str, where: str, io_timeout: float) -> None:
         self.conninfo = conninfo
         self.where = where
-        self._idle: list[psycopg.Connection[Any]] = []
+        self.io_timeout = io_timeout
+        self._idle: list[BoundedConnection] = []
         self._lock = threading.Lock()
         self._closed = False
 
-    def connect(self, what: str) -> psycopg.Connection[Any]:
+    def connect(self, what: str) -> BoundedConnection:
         """A new autocommit connection."""
         with translated(what, self.where):
-            return psycopg.connect(self.conninfo, autocommit=True)
+            conn = BoundedConnection.connect(self.conninfo, autocommit=True)
+        conn.io_timeout = self.io_timeout
+        return conn
 
-    def take(self, what: str) -> tuple[psycopg.Connection[Any], bool]:
+    def take(self, what: str) -> tuple[BoundedConnection, bool]:
         """An idle connection (``False``) or a new one (``True``)."""
         with self._lock:
             while self._idle:
@@ -70,7 +106,7 @@ class PgPool:
                     return conn, False
         return self.connect(what), True
 
-    def give(self, conn: psycopg.Connection[Any]) -> None:
+    def give(self, conn: BoundedConnection) -> None:
         """Return ``conn`` for reuse, or close it if it is broken or enough are idle."""
         if conn.closed or conn.broken or conn.info.transaction_status != 0:  # 0: IDLE
             conn.close()
@@ -81,8 +117,16 @@ class PgPool:
                 return
         conn.close()
 
-    def run(self, sql: str, params: dict[str, Any], what: str) -> Sequence[tuple[Any, ...]]:
-        """Execute one statement and return its rows (empty for one that returns none)."""
+    def run(
+        self,
+        sql: str,
+        params: dict[str, Any],
+        what: str,
+        abandoned: Callable[[int], None] | None = None,
+    ) -> Sequence[tuple[Any, ...]]:
+        """Execute one statement and return its rows (empty for one that returns none).
+        ``abandoned(pid)`` is called when the server did not answer in time: the statement
+        may still run, on the server process ``pid``."""
         for attempt in range(2):
             conn, fresh = self.take(what)
             started = time.monotonic()
@@ -92,6 +136,8 @@ class PgPool:
                     rows = cursor.fetchall() if cursor.description is not None else []
             except BackendUnavailable:
                 conn.close()
+                if abandoned is not None and conn.abandoned_pid is not None:
+                    abandoned(conn.abandoned_pid)
                 if fresh or attempt or time.monotonic() - started > DEAD_ON_USE:
                     raise
                 continue

@@ -18,14 +18,12 @@ A crashed holder sends no notice: every wait is bounded by the lease left
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
-import psycopg
 from psycopg import errors as pg_errors
 
 from ...errors import BackendUnavailable
 from ..base import Grant, Waiter
-from .pgpool import PgPool, translated
+from .pgpool import BoundedConnection, NoAnswer, PgPool, translated
 
 __all__ = ["NotifyWaiter", "waiting_room"]
 
@@ -48,10 +46,10 @@ class NotifyWaiter(Waiter):
         self._name = name
         self._room = room
         self._head = False
-        self._conn: psycopg.Connection[Any] | None = None
+        self._conn: BoundedConnection | None = None
         self._conn = self._listen(*pool.take("listen for releases"))
 
-    def _listen(self, conn: psycopg.Connection[Any], fresh: bool) -> psycopg.Connection[Any]:
+    def _listen(self, conn: BoundedConnection, fresh: bool) -> BoundedConnection:
         """``conn`` listening on our channel, with the room taken if it was free. A pooled
         connection the server ended meanwhile is replaced once by a new one (it failed at
         once: no time of the caller's is spent)."""
@@ -82,9 +80,14 @@ class NotifyWaiter(Waiter):
                 return None  # at the head now (the key may be free), or the time is up
             # Notices that came since LISTEN wait in psycopg's backlog and are yielded first.
             with translated("wait for a release", self._pool.where):
-                for _ in self._conn.notifies(timeout=max(0.0, timeout), stop_after=1):
-                    pass
-        except BackendUnavailable:
+                notices = list(self._conn.notifies(timeout=max(0.0, timeout), stop_after=1))
+                if not notices:
+                    # Silence proves nothing on a link that went dark: ask, so a caller
+                    # whose time is up hears BackendUnavailable rather than "busy".
+                    self._conn.execute("SELECT 1")
+        except BackendUnavailable as exc:
+            if isinstance(exc.__cause__, NoAnswer):
+                raise  # a dark link: connecting again would only spend the caller's time
             # The session ended (a server restart, pg_terminate_backend), and the room and
             # the LISTEN with it: start again on a new one and have the caller look, since
             # a release may have come in between. If the server is gone, connecting says so.
@@ -99,15 +102,20 @@ class NotifyWaiter(Waiter):
         wait_ms = max(1, int(timeout * 1000))
         # The timeouts stay set while this waiter owns the connection (its other use is
         # reading notices, which they do not bound); close() resets them.
-        with translated("wait for a release", self._pool.where):
-            try:
-                self._conn.execute(
-                    f"SET lock_timeout = {wait_ms:d}; "
-                    f"SET statement_timeout = {wait_ms + STATEMENT_MARGIN_MS:d}; "
-                    f"SELECT pg_advisory_lock({self._room:d})"
-                )
-            except pg_errors.LockNotAvailable:
-                return  # still queued; the caller looks once, then waits again
+        conn = self._conn
+        conn.io_timeout = self._pool.io_timeout + wait_ms / 1000  # the server answers late
+        try:
+            with translated("wait for a release", self._pool.where):
+                try:
+                    conn.execute(
+                        f"SET lock_timeout = {wait_ms:d}; "
+                        f"SET statement_timeout = {wait_ms + STATEMENT_MARGIN_MS:d}; "
+                        f"SELECT pg_advisory_lock({self._room:d})"
+                    )
+                except pg_errors.LockNotAvailable:
+                    return  # still queued; the caller looks once, then waits again
+        finally:
+            conn.io_timeout = self._pool.io_timeout
         self._head = True
 
     def close(self, acquired: bool, *, reachable: bool = True) -> None:

@@ -6,12 +6,13 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...errors import BackendError, ConfigError
 from ...url import LockURL
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
+from .giveback import GiveBack
 from .notices import notify_channel
 from .schema import DEFAULT_TABLE, check_table, postgres_ddl
 
@@ -92,10 +93,12 @@ class PostgresBackend(Backend):
         from .pgpool import PgPool  # psycopg: imported once the registry checked it is there
 
         self._conninfo = postgres_conninfo(url, self.options)
-        self._pool: PgPool = PgPool(self._conninfo, url.redacted())
-        self._listeners = PgPool(self._conninfo, url.redacted())
+        io_timeout = self.options.get("socket_timeout", 10.0)
+        self._pool: PgPool = PgPool(self._conninfo, url.redacted(), io_timeout)
+        self._listeners = PgPool(self._conninfo, url.redacted(), io_timeout)
         self._holder = f"{socket.gethostname()} pid "
         self._schema_lock = threading.Lock()
+        self._giveback = GiveBack(self.release, self._server_process_alive)
         self._statements()
 
     def _statements(self) -> None:
@@ -151,17 +154,31 @@ SELECT live, pg_notify(%(channel)s, '') FROM gone"""
 
     # -- statements ------------------------------------------------------------------------------
 
-    def _run(self, sql: str, params: dict[str, Any], what: str) -> Sequence[tuple[Any, ...]]:
+    def _run(
+        self,
+        sql: str,
+        params: dict[str, Any],
+        what: str,
+        abandoned: Callable[[int], None] | None = None,
+    ) -> Sequence[tuple[Any, ...]]:
         """One statement; the lease table is created the first time it is found missing."""
         from psycopg import errors as pg_errors
 
         try:
-            return self._pool.run(sql, params, what)
+            return self._pool.run(sql, params, what, abandoned)
         except BackendError as exc:
             if not isinstance(exc.__cause__, pg_errors.UndefinedTable):
                 raise
         self.create_schema()
-        return self._pool.run(sql, params, what)
+        return self._pool.run(sql, params, what, abandoned)
+
+    def _server_process_alive(self, pid: int) -> bool:
+        rows = self._pool.run(
+            "SELECT 1 FROM pg_stat_activity WHERE pid = %(pid)s",
+            {"pid": pid},
+            "look for an abandoned session",
+        )
+        return bool(rows)
 
     def ddl(self) -> list[str]:
         return postgres_ddl(self.table)
@@ -190,7 +207,12 @@ SELECT live, pg_notify(%(channel)s, '') FROM gone"""
             "ttl": ttl,
             "holder": self._holder + str(os.getpid()),
         }
-        rows = self._run(self._acquire_sql, params, f"acquire {key!r}")
+        rows = self._run(
+            self._acquire_sql,
+            params,
+            f"acquire {key!r}",
+            abandoned=lambda pid: self._giveback.add(key, owner, pid, ttl),
+        )
         if not rows:  # the holder released between the two looks: try again soon
             return Grant(False, retry_after=0.0)
         fence, left = rows[0]
@@ -251,7 +273,9 @@ SELECT live, pg_notify(%(channel)s, '') FROM gone"""
     def after_fork_in_child(self) -> None:
         self._pool.forget_after_fork()
         self._listeners.forget_after_fork()
+        self._giveback = GiveBack(self.release, self._server_process_alive)
 
     def close(self) -> None:
+        self._giveback.close()
         self._pool.close()
         self._listeners.close()
