@@ -15,6 +15,7 @@ from holders import (
 )
 
 from lockkit_core import BackendUnavailable, ConfigError, Lock, LockKit
+from lockkit_core.testing import TcpProxy
 from lockkit_core.testing.mariadb import MariaDBServer
 
 pytestmark = [pytest.mark.mysql, pytest.mark.slow]
@@ -185,3 +186,37 @@ def test_stopped_server_raises_backend_unavailable_quickly(
 def test_bad_urls_are_config_errors(url: str, says: str) -> None:
     with pytest.raises(ConfigError, match=says):
         LockKit(url)
+
+
+def test_black_holed_link_raises_and_abandoned_attempts_are_given_back(
+    own_server: MariaDBServer, direct: LockKit, namespace: str
+) -> None:
+    """Callers on a link that goes dark raise BackendUnavailable within their timeout plus
+    the socket (or connect) timeout; the attempts held back in the link, which find the key
+    free when it heals, are given back by the kit, not held for their ttl by nobody."""
+    with TcpProxy("127.0.0.1", own_server.port) as proxy:
+        url = (
+            f"mysql://{own_server.user}@127.0.0.1:{proxy.port}/{own_server.database}"
+            "?socket_timeout=0.5&connect_timeout=0.5"
+        )
+        far = LockKit(url, namespace=namespace, ttl=5)
+        try:
+            holder = direct.lock("dark")
+            assert holder.acquire()
+            with far.lock("warm"):
+                pass  # a pooled connection for the attempts below
+            proxy.partition()
+            for attempt in (
+                lambda: far.lock("dark").acquire(blocking=False),
+                lambda: far.lock("dark", timeout=0.4).acquire(),
+            ):
+                start = time.monotonic()
+                with pytest.raises(BackendUnavailable):
+                    attempt()
+                assert time.monotonic() - start <= 0.4 + 0.5 + 0.5
+            holder.release()
+            proxy.heal()
+            with far.lock("dark", timeout=3) as held:
+                assert held.owned()
+        finally:
+            far.close()

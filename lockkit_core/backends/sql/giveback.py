@@ -1,6 +1,6 @@
-"""Giving back the grants of attempts abandoned in an outage (``postgresql://``).
+"""Giving back the grants of attempts abandoned in an outage (``postgresql://``, ``mysql://``).
 
-An acquire whose answer never came (a dark link: :class:`~.pgpool.NoAnswer`) may still be
+An acquire whose answer never came (a dark link: no answer within the socket timeout) may still be
 executed by the server once the link heals: the request sits in a buffer somewhere, and an
 autocommit statement commits. It would then hold the key for a caller that is gone, for a
 whole ttl. So the backend remembers ``(key, owner, server process id)`` of such attempts,
@@ -22,7 +22,7 @@ from ...errors import BackendError
 
 __all__ = ["KEEP_FOR", "GiveBack"]
 
-log = logging.getLogger("lockkit.postgresql")
+log = logging.getLogger("lockkit.sql")
 
 #: how long an abandoned attempt is watched for (seconds, on top of its ttl)
 KEEP_FOR = 60.0
@@ -62,7 +62,7 @@ class GiveBack:
             self._pending.append(_Abandoned(key, owner, pid, time.monotonic() + ttl + KEEP_FOR))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
-                    target=self._run, name="lockkit-pg-giveback", daemon=True
+                    target=self._run, name="lockkit-sql-giveback", daemon=True
                 )
                 self._thread.start()
 

@@ -20,7 +20,7 @@ __all__ = ["MAX_IDLE", "MyPool", "Results", "translated"]
 
 MAX_IDLE = 4
 #: see pgpool.DEAD_ON_USE: a pooled connection that fails this fast was dead before use
-DEAD_ON_USE = 0.5
+DEAD_ON_USE = 0.1
 #: server error numbers of a right refused (table, command, database)
 _DENIED = {1142, 1044, 1045}
 #: a PyMySQL connection (the driver ships no type information)
@@ -93,10 +93,14 @@ class MyPool:
         _close(conn)
 
     @contextmanager
-    def held(self, what: str) -> Iterator[Callable[[str, Any], Results]]:
+    def held(
+        self, what: str, abandoned: Callable[[int], None] | None = None
+    ) -> Iterator[Callable[[str, Any], Results]]:
         """One connection for several statements (a transaction): ``run(sql, params)``
         executes on it and returns, per statement, its affected row count and rows. On an
-        error the connection is closed, so the server rolls back what was left open."""
+        error the connection is closed, so the server rolls back what was left open.
+        ``abandoned(thread_id)`` is called when the server did not answer in time: what was
+        sent may still run, in the server thread ``thread_id``."""
         conn, fresh = self.take(what)
         used = False
 
@@ -108,7 +112,10 @@ class MyPool:
                     results = _execute(conn, sql, params, what, self.where)
                 except BackendUnavailable:
                     _close(conn)
-                    if fresh or used or time.monotonic() - started > DEAD_ON_USE:
+                    slow = time.monotonic() - started > DEAD_ON_USE
+                    if slow and abandoned is not None:
+                        abandoned(conn.thread_id())
+                    if fresh or used or slow:
                         raise
                     conn, fresh = self.connect(what), True  # it was dead before we used it
                     continue
@@ -122,9 +129,15 @@ class MyPool:
             raise
         self.give(conn)
 
-    def run(self, sql: str, params: Sequence[Any] | Mapping[str, Any], what: str) -> Results:
+    def run(
+        self,
+        sql: str,
+        params: Sequence[Any] | Mapping[str, Any],
+        what: str,
+        abandoned: Callable[[int], None] | None = None,
+    ) -> Results:
         """Execute ``sql`` (one or more statements) on a connection of the pool."""
-        with self.held(what) as run:
+        with self.held(what, abandoned) as run:
             return run(sql, params)
 
     def forget_after_fork(self) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ...errors import BackendError, ConfigError
 from ...url import LockURL
 from ..base import Backend, Capability, Grade, Grant, Lease, owner_id
+from .giveback import GiveBack
 from .schema import DEFAULT_TABLE, check_table, mysql_ddl
 
 if TYPE_CHECKING:
@@ -115,6 +116,7 @@ class MySQLBackend(Backend):
         }
         self._pool: MyPool = MyPool(params, url.redacted())
         self._acquire_sql = acquire_sql(self.table)
+        self._giveback = GiveBack(self.release, self._server_thread_alive)
         self._holder = f"{socket.gethostname()} pid "
         self._schema_lock = threading.Lock()
 
@@ -129,6 +131,14 @@ class MySQLBackend(Backend):
                 raise
         self.create_schema()
         return self._pool.run(sql, params, what)
+
+    def _server_thread_alive(self, thread: int) -> bool:
+        done = self._pool.run(
+            "SELECT 1 FROM information_schema.processlist WHERE id = %s",
+            [thread],
+            "look for an abandoned session",
+        )
+        return bool(done[0][1])
 
     def ddl(self) -> list[str]:
         return mysql_ddl(self.table)
@@ -162,7 +172,12 @@ class MySQLBackend(Backend):
             "holder": self._holder + str(os.getpid()),
         }
         try:
-            done = self._pool.run(self._acquire_sql, params, f"acquire {key!r}")
+            done = self._pool.run(
+                self._acquire_sql,
+                params,
+                f"acquire {key!r}",
+                abandoned=lambda thread: self._giveback.add(key, owner, thread, ttl),
+            )
         except BackendError as exc:
             code = getattr(exc.__cause__, "args", (None,))[0]
             if code in _RACED:  # another locker inserted the row first, or holds it stopped
@@ -250,6 +265,8 @@ class MySQLBackend(Backend):
 
     def after_fork_in_child(self) -> None:
         self._pool.forget_after_fork()
+        self._giveback = GiveBack(self.release, self._server_thread_alive)
 
     def close(self) -> None:
+        self._giveback.close()
         self._pool.close()
