@@ -81,6 +81,24 @@ def _round(task: Any, start: int, count: int) -> float:
     return (time.perf_counter() - began) / count
 
 
+def _count(server: RedisServer) -> None:
+    """Print every command each contender sends the store for one fresh call (enqueue and
+    run, in eager mode: the same lock code as a worker), from redis MONITOR."""
+    from .redis_monitor import CommandCounter
+
+    contenders = _contenders(server.url)
+    for name in ("lockkit LockedTask", "celery-once QueueOnce"):
+        task = contenders[name]
+        if task is None:
+            continue
+        task.delay(-1)  # scripts loaded, connections open
+        with CommandCounter(server.port) as seen:
+            task.delay(-2)
+        print(f"{name}: {seen.total} round trips")
+        for line in seen.lines:
+            print(f"    {line[:160]}")
+
+
 def _worker_rounds(base: str, tasks: int, rounds: int) -> dict[str, float | None]:
     os.environ["BENCH_REDIS"] = base
     here = Path(__file__).resolve().parent
@@ -128,8 +146,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tasks", type=int, default=500, help="tasks per round (500)")
     parser.add_argument("--rounds", type=int, default=9, help="rounds (9; the median is shown)")
     parser.add_argument("--worker", action="store_true", help="end to end through a worker")
+    parser.add_argument("--count", action="store_true", help="list the store commands per task")
     args = parser.parse_args(argv)
     with RedisServer() as server:
+        if args.count:
+            _count(server)
+            return
         if args.worker:
             results = _worker_rounds(server.url.rsplit("/", 1)[0], args.tasks, args.rounds)
             _print(results)

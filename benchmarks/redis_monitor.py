@@ -18,7 +18,7 @@ from types import TracebackType
 
 __all__ = ["CommandCounter"]
 
-_LINE = re.compile(rb'^\+[\d.]+ \[\d+ ([^\]]+)\] "([^"]*)"')
+_LINE = re.compile(rb'^\+[\d.]+ \[\d+ ([^\]]+)\] "([^"]*)"(.*)$')
 
 
 class CommandCounter:
@@ -28,6 +28,8 @@ class CommandCounter:
     def __init__(self, port: int, host: str = "127.0.0.1") -> None:
         self.host, self.port = host, port
         self.commands: Counter[str] = Counter()
+        #: every command with its arguments as MONITOR shows them, in order
+        self.lines: list[str] = []
         self._marker = f"lockkit-bench-end-{secrets.token_hex(8)}".encode()
         self._sock: socket.socket | None = None
         self._reader: threading.Thread | None = None
@@ -54,6 +56,8 @@ class CommandCounter:
             found = _LINE.match(line)
             if found is not None and found.group(1) != b"lua":
                 self.commands[found.group(2).decode().lower()] += 1
+                rest = found.group(3).decode(errors="replace").strip()
+                self.lines.append(f"{found.group(2).decode().lower()} {rest}")
 
     def __exit__(
         self,

@@ -13,7 +13,8 @@ host):
   the lock back. A duplicate that carries callbacks (``link``, a chain's next steps) or is a
   member of a group or chord raises :class:`TaskLocked` (``.task_id`` names the running
   task) rather than drop them. ``app.send_task`` does not pass through the task class: its
-  calls are deduplicated only by the worker (a duplicate is handled per ``on_duplicate``).
+  calls are deduplicated only by the worker (a duplicate is handled per ``on_duplicate``;
+  with ``"skip"`` its result becomes the original's, see :mod:`lockkit_celery.worker`).
   With Django, ``delay_on_commit``/``apply_async_on_commit`` take the lock when the
   transaction commits: a rollback publishes nothing and leaves no lock.
 * **Run**: the worker adopts the lock with the owner token from the message headers and renews
@@ -49,9 +50,9 @@ Skipped duplicates are logged (logger ``lockkit.celery``), counted
 from lockkit_core.dedupe import TaskKey, canonical_json
 
 from .beat import BeatLock
-from .duplicates import duplicate_counts, task_duplicate
 from .errors import TaskLocked
 from .settings import kit_for
+from .signals import duplicate_counts, task_duplicate
 from .stale import clear_stale_locks
 from .startup import check_app
 from .task import LockedTask, locked_task

@@ -24,7 +24,10 @@ def lockkit(ctx: click.Context) -> None:
     """Inspect and release the locks of this app's tasks."""
     app = ctx.obj.app
     config = store_config(app)
-    ctx.obj = CliSettings(url=config.url, namespace=config.namespace)
+    # Hints name a command that reaches this app's store, never the core's default one.
+    given = ctx.find_root().params.get("app")
+    command = f"celery -A {given or app.main} lockkit" if (given or app.main) else "celery lockkit"
+    ctx.obj = CliSettings(url=config.url, namespace=config.namespace, command=command)
     ctx.meta["lockkit_app"] = app
 
 

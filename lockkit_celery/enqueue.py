@@ -5,9 +5,10 @@
     web 1: apply_async(order=7) -> takes <key> (token 12) -> publishes task id f(key, 12)
     web 2: apply_async(order=7) -> <key> is held -> reads token 12 -> AsyncResult(f(key, 12))
 
-The lease is handed off (not renewed here) for ``enqueue_ttl`` plus any countdown: the
-worker adopts it with the owner token that travels in the message headers. A publish that
-fails gives the lock back before the error propagates.
+The claim and the duplicate answer are the core's (:mod:`lockkit_core.dedupe.claims`); the
+lease is not renewed here but lasts ``enqueue_ttl`` plus any countdown: the worker adopts it
+with the owner token that travels in the message headers. A publish that fails gives the
+lock back before the error propagates.
 """
 
 from __future__ import annotations
@@ -19,13 +20,9 @@ from typing import Any
 
 from celery.result import AsyncResult
 
-from lockkit_core import LockKit
-from lockkit_core.dedupe import derived_task_id
-from lockkit_core.dedupe.claims import claim_key, put_id
+from lockkit_core.dedupe import Duplicate, TaskOptions, TaskRecords, claim_key
 
-from .duplicates import report_duplicate
-from .errors import TaskLocked
-from .settings import TaskOptions
+from .signals import report_duplicate
 
 __all__ = ["HEADER", "delay_of", "enqueue"]
 
@@ -49,31 +46,18 @@ def delay_of(options: Mapping[str, Any]) -> float:
     return 0.0
 
 
-def _duplicate(
-    task: Any,
-    key: str,
-    original: str | None,
-    opts: TaskOptions,
-    reason: str,
-    callbacks: bool,
-) -> AsyncResult:
-    report_duplicate(task, key, None, original, reason)
-    if opts.on_duplicate == "raise" or original is None or callbacks:
-        raise TaskLocked(
-            key,
-            original,
-            f"task {task.name} is already "
-            + ("queued or running" if reason == "enqueued" else "done within its once window")
-            + (f" as {original}" if original else "")
-            + f" (lock key {key!r})"
-            + ("; its callbacks (link, link_error, chain) were not scheduled" if callbacks else ""),
-        )
-    return task.AsyncResult(original)
+def _answer(task: Any, dup: Duplicate, opts: TaskOptions, callbacks: bool) -> AsyncResult:
+    report_duplicate(task, dup)
+    if opts.on_duplicate == "raise" or dup.original is None:
+        raise dup.error()
+    if callbacks:
+        raise dup.error("its callbacks (link, link_error, chain) were not scheduled")
+    return task.AsyncResult(dup.original)
 
 
 def enqueue(
     task: Any,
-    kit: LockKit,
+    records: TaskRecords,
     key: str,
     opts: TaskOptions,
     task_id: str | None,
@@ -86,33 +70,23 @@ def enqueue(
     """Lock ``key`` for the call and publish it, or answer with the task that holds it.
 
     A duplicate raises :class:`TaskLocked` instead of answering when ``on_duplicate`` is
-    ``"raise"`` or the call carries ``callbacks``, which the queued task would not run."""
+    ``"raise"`` or the call carries ``callbacks``, which the queued task would not run;
+    with ``"retry"`` it is published without the lock, and the worker runs it after the
+    original."""
     lease = opts.enqueue_ttl + delay
-    claim = claim_key(kit, key, lease, once=opts.once is not None)
-    lock = claim.lock
-    if lock is None:
-        if (
-            claim.reason == "enqueued"
-            and claim.original is not None
-            and (opts.on_duplicate == "retry")
-        ):  # queue it anyway: the worker serialises
+    # A caller-chosen id (task_id=, a canvas) is recorded with the claim, before the key.
+    claim = claim_key(records, task.name, key, lease, once=opts.once is not None, task_id=task_id)
+    if isinstance(claim, Duplicate):
+        if claim.reason == "enqueued" and opts.on_duplicate == "retry":
             return publish(task_id, {**headers, HEADER: {"key": key}})
-        return _duplicate(task, key, claim.original, opts, claim.reason, callbacks)
-    record: dict[str, Any] = {"key": key, "owner": lock.owner}
-    derived = derived_task_id(kit, key, lock.token)
-    marker = None
+        return _answer(task, claim, opts, callbacks)
+    if task_id is None:
+        task_id = claim.task_id
     try:
-        if task_id is None and derived is not None:
-            task_id = derived
-        elif task_id != derived:
-            if task_id is None:
-                task_id = str(uuid.uuid4())
-            marker = put_id(kit, key, task_id, lease)
-            record["id_owner"] = marker.owner
-        result = publish(task_id, {**headers, HEADER: record})
+        if task_id is None:  # a store without fencing tokens: the id cannot be derived
+            task_id = str(uuid.uuid4())
+            claim.name_task(task_id)
+        return publish(task_id, {**headers, HEADER: {"key": key, "owner": claim.owner}})
     except BaseException:
-        lock.release()
-        if marker is not None and marker.owned():
-            marker.release()
+        claim.give_back(task_id)
         raise
-    return result

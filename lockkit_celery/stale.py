@@ -1,7 +1,7 @@
 """Clearing the locks a killed worker left behind, when its successor starts on the same host.
 
 A worker killed as a whole (SIGKILL, the OOM killer, a lost container) leaves each running
-task's ``run:<task id>`` lock and, where the worker took it itself, its ``<key>`` lock. They free
+task's the ``run`` record lock and, where the worker took it itself, its ``<key>`` lock. They free
 themselves within the task's ``ttl``; until then the broker's redelivered copy is deferred. With
 ``app.conf.lockkit_clear_stale_on_start = True`` a worker that becomes ready frees them at once.
 
@@ -9,9 +9,9 @@ A lock is cleared only when all of these hold, and each one cleared is logged wi
 
 * its holder (``"<hostname> pid <pid>"``, written when it was taken) is this host, and that pid
   is not a live process here (a pid reused since reads as alive: the lock is left to its lease);
-* it is ``run:<task id>`` with a lease no longer than the longest ``ttl`` of the app's locked
-  tasks (a longer one is a finished task id, remembered so that late copies are dropped), or
-  the ``<key>`` / ``<key>:id:<task id>`` of such a task id;
+* it is the run record of a task id (held only while a copy runs, with a lease no longer than the
+  longest ``ttl`` of the app's locked tasks), or the ``<key>`` / the ``id`` record of
+  such a task id (finished records are never cleared: they drop late copies);
 * its lease has more than a second left (so it cannot pass to a new holder while we look).
 
 ``<key>`` locks of tasks that are only queued are never cleared, whoever took them: the worker
@@ -34,7 +34,7 @@ from celery.signals import worker_ready
 
 from lockkit_core import ConfigError, LockError, LockKit
 from lockkit_core.admin import LockInfo
-from lockkit_core.dedupe import derived_task_id, run_key
+from lockkit_core.dedupe import RECORD_PREFIX, derived_task_id, id_prefix, run_key
 
 from .settings import kit_for, resolve
 from .task import LockedTask
@@ -81,17 +81,19 @@ def _longest_ttl(app: Celery) -> float:
 
 
 def _task_ids(kit: LockKit, infos: Iterable[LockInfo]) -> dict[str, list[LockInfo]]:
-    """The ``<key>`` and ``<key>:id:<task id>`` locks held, by the task id they stand for."""
-    held = {info.key: info for info in infos if not info.key.startswith(_RUN)}
+    """The ``<key>`` and id-record locks held, by the task id they stand for."""
+    infos = list(infos)
+    keys = {info.key: info for info in infos if not info.key.startswith(RECORD_PREFIX)}
+    records = {info.key: info for info in infos if info.key.startswith(RECORD_PREFIX)}
     found: dict[str, list[LockInfo]] = {}
-    for key, info in held.items():
-        base, sep, named = key.rpartition(":id:")
-        if sep and base in held:  # a caller-chosen task id holds ``base``
-            found.setdefault(named, []).extend([held[base], info])
-            continue
-        task_id = derived_task_id(kit, key, info.token)
-        if task_id is not None:
-            found.setdefault(task_id, []).append(info)
+    for key, info in keys.items():
+        prefix = id_prefix(key)
+        named = [(k[len(prefix) :], i) for k, i in records.items() if k.startswith(prefix)]
+        for chosen, record in named:  # a caller-chosen task id holds ``key``
+            found.setdefault(chosen, []).extend([info, record])
+        derived = derived_task_id(kit, key, info.token)
+        if not named and derived is not None:
+            found.setdefault(derived, []).append(info)
     return found
 
 
@@ -145,7 +147,7 @@ def clear_on_start_enabled(app: Celery) -> bool:
 
 def _clear_on_worker_ready(sender: Any = None, **_: Any) -> None:
     app = getattr(sender, "app", None)
-    if app is None:
+    if app is None or SETTING not in app.conf:
         return
     try:
         if clear_on_start_enabled(app):

@@ -12,15 +12,22 @@ from celery.result import AsyncResult
 
 from lockkit_core import ConfigError
 from lockkit_core.config import UNSET
-from lockkit_core.dedupe import TaskKey
+from lockkit_core.dedupe import DEFAULTS, RunGuard, TaskKey, check_names, check_option
 
 from .enqueue import HEADER, delay_of, enqueue
-from .run import CeleryGuard, begin
-from .settings import DEFAULTS, ON_DUPLICATE, kit_for, resolve
+from .settings import records_for, resolve
+from .worker import begin, finish
 
 __all__ = ["LockedTask", "locked_task"]
 
 _GUARD = "lockkit_guard"
+
+#: keywords ``@app.task`` takes that are not ``Task`` attributes
+_DECORATOR_WORDS = frozenset({
+    "base", "bind", "shared", "lazy", "filter", "pydantic", "pydantic_strict",
+    "pydantic_context", "pydantic_dump_kwargs", "autoretry_for", "dont_autoretry_for",
+    "retry_kwargs", "retry_backoff", "retry_backoff_max", "retry_jitter", "queue",
+})  # fmt: skip
 
 
 class LockedTask(Task):  # type: ignore[misc]
@@ -94,11 +101,11 @@ class LockedTask(Task):  # type: ignore[misc]
             record = {"key": key, "opts": {k: v for k, v in per_call.items() if k != "key"}}
         if not opts.enabled or not opts.enqueue_lock:
             return publish(task_id, {**headers, HEADER: record} if record else headers)
-        kit = kit_for(self.app)
+        records = records_for(self.app)
         # In a canvas the caller already holds a result id of its own for this step.
         canvas = ("chain", "group_id", "chord")
         callbacks = bool(link or link_error or any(options.get(name) for name in canvas))
-        return enqueue(self, kit, key, opts, task_id, headers, delay_of(options),
+        return enqueue(self, records, key, opts, task_id, headers, delay_of(options),
                        lambda tid, hdrs: publish(tid, _merge(hdrs, record)),
                        callbacks=callbacks)  # fmt: skip
 
@@ -124,7 +131,9 @@ class LockedTask(Task):  # type: ignore[misc]
         if not opts.enabled:
             return self.run(*args, **kwargs)
         key = record.get("key") or self.lockkit_key_for(args, kwargs, record.get("opts"))
-        guard = begin(self, request, key, opts, kit_for(self.app))
+        guard, answer = begin(self, request, key, opts, records_for(self.app))
+        if guard is None:  # a duplicate skipped here: its result is the original's
+            return answer
         setattr(request, _GUARD, guard)
         try:
             # The tracer has pushed this request already (Task.__call__ would push another).
@@ -141,16 +150,34 @@ class LockedTask(Task):  # type: ignore[misc]
     def after_return(
         self, status: str, retval: Any, task_id: str, args: Any, kwargs: Any, einfo: Any
     ) -> None:
-        """Release the task's locks once its result is stored (see :mod:`lockkit_celery.run`)."""
+        """Release the task's locks once its result is stored (see :mod:`lockkit_celery.worker`)."""
         _finish(self.request, status, retval)
         super().after_return(status, retval, task_id, args, kwargs, einfo)
 
 
 def _finish(request: Any, status: str, retval: Any) -> None:
-    guard: CeleryGuard | None = getattr(request, _GUARD, None)
+    guard: RunGuard | None = getattr(request, _GUARD, None)
     if guard is not None:
         setattr(request, _GUARD, None)
-        guard.finish(status, retval)
+        finish(guard, status, retval)
+
+
+def _check_task_options(task_options: dict[str, Any]) -> None:
+    """Refuse a keyword that is neither a lock option nor Celery's: it would become a silent
+    task attribute (``remeber=60``, ``lockkit_ttl=5``)."""
+    unknown = {
+        name
+        for name in task_options
+        if name.startswith("lockkit") or (name not in _DECORATOR_WORDS and not hasattr(Task, name))
+    }
+    if unknown:
+        plain = {n.removeprefix("lockkit_") for n in unknown}
+        check_names(plain, "@locked_task")  # a lock option's lockkit_ spelling: name it
+        raise ConfigError(
+            f"@locked_task got {', '.join(sorted(unknown))}, which is neither a lock option "
+            f"({', '.join(DEFAULTS)}, key, unique_on) nor a Celery task option; set a custom "
+            "task attribute on a LockedTask subclass and pass it as base="
+        )
 
 
 def _merge(headers: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
@@ -168,19 +195,27 @@ def locked_task(
     enqueue_lock: Any = UNSET,
     once: Any = UNSET,
     wait: Any = UNSET,
+    enqueue_ttl: Any = UNSET,
+    remember: Any = UNSET,
+    enabled: Any = UNSET,
     app: Celery | None = None,
     **task_options: Any,
 ) -> Any:
     """``@locked_task`` or ``@locked_task(unique_on=["order_id"], once=86400, ...)``.
 
-    Wraps ``app.task`` (with ``app=``) or ``shared_task``; other keyword arguments go to it.
-    A ``key`` template or ``unique_on`` that names a non-parameter fails here, at decoration.
+    Wraps ``app.task`` (with ``app=``) or ``shared_task``; other keyword arguments go to it
+    and must be Celery's (a ``Task`` attribute or a keyword of ``@app.task``). A bad lock
+    option, an unknown keyword, or a ``key`` template or ``unique_on`` that names a
+    non-parameter is a :class:`ConfigError` here, at decoration.
     """
     options = {"ttl": ttl, "on_duplicate": on_duplicate, "enqueue_lock": enqueue_lock,
-               "once": once, "wait": wait}  # fmt: skip
-    if on_duplicate is not UNSET and on_duplicate not in ON_DUPLICATE:
-        raise ConfigError(f"on_duplicate must be one of {', '.join(ON_DUPLICATE)}, "
-                          f"got {on_duplicate!r}")  # fmt: skip
+               "once": once, "wait": wait, "enqueue_ttl": enqueue_ttl, "remember": remember,
+               "enabled": enabled}  # fmt: skip
+    assert set(options) == set(DEFAULTS)
+    for name, value in options.items():
+        if value is not UNSET:
+            check_option(name, value)
+    _check_task_options(task_options)
     base = task_options.pop("base", LockedTask)
     if not (isinstance(base, type) and issubclass(base, LockedTask)):
         raise ConfigError(f"@locked_task(base=...) must be a LockedTask subclass, got {base!r}")
@@ -189,7 +224,6 @@ def locked_task(
         run = functools.partial(fun, None) if task_options.get("bind") else fun
         TaskKey(fun.__qualname__, run, key, unique_on)  # fails now on a bad key or unique_on
         attrs = {f"lockkit_{n}": v for n, v in options.items() if v is not UNSET}
-        assert set(options) <= set(DEFAULTS)
         factory = app.task if app is not None else shared_task
         return factory(base=base, lockkit_key=key, lockkit_unique_on=unique_on,
                        **attrs, **task_options)(fun)  # fmt: skip

@@ -47,10 +47,12 @@ __all__ = [
 
 @dataclass(frozen=True)
 class CliSettings:
-    """Where the admin verbs look: the store's URL and namespace (``ctx.obj``)."""
+    """Where the admin verbs look: the store's URL and namespace (``ctx.obj``), and
+    ``command``, the words that run this command group on the same store (for hints)."""
 
     url: str
     namespace: str | None
+    command: str = "lockkit"
 
 
 @contextmanager
@@ -216,8 +218,9 @@ def release_command(ctx: click.Context, key: str, force: bool, as_json: bool) ->
     may go on working for a while as if it still held it: only writes checked against the
     fencing token are safe from it.
     """
+    settings: CliSettings = ctx.ensure_object(CliSettings)
     if not force:
-        raise click.ClickException(refusal(key, "lockkit"))
+        raise click.ClickException(refusal(key, settings.command))
     with _open_kit(ctx) as kit:
         before = kit.admin.info(key)
         released = kit.admin.force_release(key)

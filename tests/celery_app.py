@@ -132,3 +132,10 @@ def whole_worker(order_id: int) -> int:
     time.sleep(0.3)
     record("end", "whole_worker", order_id=order_id)
     return order_id
+
+
+@app.task(name="collect")
+def collect(values: list[int], tag: int) -> list[int]:
+    """A chord body (a plain task): records that it fired, with what."""
+    record("collect", "collect", order_id=tag, values=values)
+    return values

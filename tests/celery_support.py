@@ -106,3 +106,15 @@ def producer_main(base: str, go: str, calls: int, out: str) -> None:
             result = celery_app.sms.apply_async((7, "paid"))
         ids.append(result.id)
     Path(out).write_text("\n".join(ids))
+
+
+def bare_chord_main(base: str, out: str) -> None:
+    """A producer without the tasks (no lockkit base, as another service would be): send a
+    chord of two identical ``sms(107)`` and the ``collect`` body by name; write the body's
+    result id to ``out``."""
+    from celery import Celery, chord
+
+    bare = Celery("bare_producer", broker=f"{base}/1", backend=f"{base}/2")
+    members = [bare.signature("sms", (107,), {"seconds": 1.0}) for _ in range(2)]
+    whole = chord(members, bare.signature("collect", kwargs={"tag": 107})).apply_async()
+    Path(out).write_text(whole.id)

@@ -25,6 +25,7 @@ import pytest
 from celery_support import Worker, events, wait_for
 
 from lockkit_celery.stale import dead_local_holder, pid_alive
+from lockkit_core.dedupe import id_key, run_key
 from lockkit_core.testing import RedisServer
 
 HERE = Path(__file__).resolve().parent
@@ -97,7 +98,7 @@ def test_whole_worker_sigkill_then_a_new_worker_runs_the_task_exactly_once_more(
     gap = float(runs[1]["at"]) - killed_at
     if clear_stale:
         assert gap < LEASE_LEFT - 1.0, f"the copy waited {gap:.1f} s: the dead lease was kept"
-        assert "cleared run:" in second.log_text()
+        assert f"cleared {run_key('')}" in second.log_text()
     else:
         assert gap >= LEASE_LEFT - 0.5, f"the copy ran {gap:.1f} s after the kill, beside a lease"
         assert "cleared" not in second.log_text()
@@ -143,24 +144,22 @@ def test_clear_stale_locks_leaves_queued_finished_and_live_locks(base: str, app:
     _take_in_a_process_that_exits(
         base,
         [
-            ("run:dead-running", 20),
+            (run_key("dead-running"), 20),
             ("task:running:1", 20),
-            ("task:running:1:id:dead-running", 20),
-            ("run:dead-finished", 86400),
+            (id_key("task:running:1", "dead-running"), 20),
+            (run_key("dead-finished"), 86400),
             ("task:queued:1", 3600),
         ],
     )
-    live = kit.lock("run:live-running", ttl=20, auto_renew=False, reentrant=False)
+    live = kit.lock(run_key("live-running"), ttl=20, auto_renew=False, reentrant=False)
     assert live.acquire(blocking=False, timeout=0)
     try:
         cleared = clear_stale_locks(celery, host=socket.gethostname())
-        assert sorted(cleared) == [
-            "run:dead-running",
-            "task:running:1",
-            "task:running:1:id:dead-running",
-        ]
+        assert sorted(cleared) == sorted(
+            [run_key("dead-running"), "task:running:1", id_key("task:running:1", "dead-running")]
+        )
         left = {info.key for info in kit.admin.list("")}
-        assert left == {"run:dead-finished", "task:queued:1", "run:live-running"}
+        assert left == {run_key("dead-finished"), "task:queued:1", run_key("live-running")}
     finally:
         live.release()
         _free_all(kit)
@@ -171,15 +170,17 @@ def test_celery_lockkit_clear_stale_prints_what_it_freed(base: str, app: Any) ->
 
     kit = kit_for(app.app)
     _free_all(kit)
-    _take_in_a_process_that_exits(base, [("run:cli-dead", 20), ("run:cli-finished", 86400)])
+    _take_in_a_process_that_exits(
+        base, [(run_key("cli-dead"), 20), (run_key("cli-finished"), 86400)]
+    )
     env = {**os.environ, "LOCKKIT_TEST_REDIS": base, "PYTHONPATH": str(HERE)}
     done = subprocess.run(
         [sys.executable, "-m", "celery", "-A", "celery_app", "lockkit", "clear-stale"],
         check=False, cwd=HERE, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[0] == "cleared run:cli-dead"
-    assert {info.key for info in kit.admin.list("")} == {"run:cli-finished"}
+    assert done.stdout.split("\n")[0] == f"cleared {run_key('cli-dead')}"
+    assert {info.key for info in kit.admin.list("")} == {run_key("cli-finished")}
     _free_all(kit)
 
 

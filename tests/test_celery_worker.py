@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from celery_support import Worker, events, producer_main, wait_for
+from celery_support import Worker, bare_chord_main, events, producer_main, wait_for
 
 from lockkit_core.testing import RedisServer
 
@@ -278,3 +278,36 @@ def test_per_call_key_and_retry_policy_serialise_instead_of_dropping(
     runs, done = starts(base, "sms", 105), ends(base, "sms", 105)
     assert len(runs) == 2
     assert float(runs[1]["at"]) >= float(done[0]["at"])  # type: ignore[arg-type]
+
+
+def test_a_duplicate_skipped_by_the_worker_resolves_to_the_original_s_result(
+    base: str, app: object, worker: Worker
+) -> None:
+    celery_app = app.app  # type: ignore[attr-defined]
+    first = celery_app.send_task("sms", (104,), {"seconds": 1.5})
+    time.sleep(0.5)
+    second = celery_app.send_task("sms", (104,), {"seconds": 1.5})
+    assert first.get(timeout=30) == 104
+    assert second.get(timeout=20) == 104, "the duplicate's result is the original's"
+    assert second.state == "SUCCESS"
+    time.sleep(1.0)
+    assert len(starts(base, "sms", 104)) == 1
+
+
+def test_a_chord_with_a_duplicate_member_fires_once_with_every_value(
+    base: str, app: object, worker: Worker, tmp_path: Path
+) -> None:
+    # A producer that does not have the tasks (no lockkit base): the worker sees duplicates.
+    out = tmp_path / "chord"
+    producer = multiprocessing.get_context("spawn").Process(
+        target=bare_chord_main, args=(base, str(out))
+    )
+    producer.start()
+    producer.join(60)
+    assert producer.exitcode == 0
+    whole = app.app.AsyncResult(out.read_text())  # type: ignore[attr-defined]
+    assert whole.get(timeout=30) == [107, 107]
+    time.sleep(2.0)
+    fired = [e for e in events(base, "collect") if e["order_id"] == 107]
+    assert len(fired) == 1, fired
+    assert len(starts(base, "sms", 107)) == 1

@@ -21,7 +21,7 @@ from djchecks import run_checks
 from djtasks_fixtures import TaskProject
 
 from lockkit_core import ConfigError, LockKit
-from lockkit_core.dedupe import run_key
+from lockkit_core.dedupe import id_prefix, run_key
 
 THREADS = 8
 
@@ -86,13 +86,19 @@ def test_a_killed_worker_frees_its_locks_within_the_ttl_and_the_call_runs_again_
     _, _, (worker,) = task_project.wait_status("export", first, {"RUNNING"})
     while task_project.runs("export-start", order) < 1:
         time.sleep(0.02)
+    from djproject import tasks
+
+    key = tasks.export.lockkit.keys((order,), {})
     with LockKit(task_project.lock_url) as kit:
         assert kit.admin.info(run_key(first)) is not None, "the run lock is held while it runs"
+        assert kit.admin.list(id_prefix(key)), "its id record is held while it runs"
         task_project.workers.kill(worker)
         killed = time.monotonic()
         # The run lock and the call's key (and its id record) expire with the same ttl.
-        while kit.admin.info(run_key(first)) is not None or kit.admin.list(
-            "task:djproject.tasks.export:"
+        while (
+            kit.admin.info(run_key(first)) is not None
+            or kit.admin.info(key) is not None
+            or kit.admin.list(id_prefix(key))
         ):
             assert time.monotonic() - killed < 1.5 + 1.5, "the run lock or the key outlived its ttl"
             time.sleep(0.02)
@@ -120,7 +126,7 @@ def test_bad_task_settings_are_system_check_errors_naming_the_option() -> None:
     with override_settings(LOCKKIT={"URL": "memory://", "TASKS": {"ONCEE": 5}}):
         errors = [m for m in run_checks() if m.id == "lockkit.E003"]
     assert len(errors) == 1 and "ONCEE" in errors[0].msg and "ONCE" in errors[0].msg
-    with override_settings(LOCKKIT={"URL": "memory://", "TASKS": {"ON_DUPLICATE": "retry"}}):
+    with override_settings(LOCKKIT={"URL": "memory://", "TASKS": {"ON_DUPLICATE": "drop"}}):
         errors = [m for m in run_checks() if m.id == "lockkit.E003"]
     assert len(errors) == 1 and "ON_DUPLICATE" in errors[0].msg
     assert "lockkit.E003" not in _check_ids({"URL": "memory://", "TASKS": {"ONCE": 60}})
@@ -137,7 +143,7 @@ def test_bad_decorator_options_are_config_errors_naming_the_option() -> None:
         ({"once": "soon"}, "once"),
         ({"ttl": 0}, "ttl"),
         ({"wait": -1}, "wait"),
-        ({"on_duplicate": "retry"}, "on_duplicate"),
+        ({"on_duplicate": "drop"}, "on_duplicate"),
         ({"enqueue_lock": "yes"}, "enqueue_lock"),
         ({"unique_on": ["order"]}, "order"),
         ({"key": "notify:{order}"}, "order"),
@@ -171,6 +177,54 @@ def test_a_store_that_cannot_pass_a_lease_on_is_refused_at_enqueue() -> None:
         tasks.send_sms.enqueue(7)
 
 
+def _dummy_backend() -> dict[str, Any]:
+    from lockkit_django.tasks.compat import Task
+
+    package = Task.__module__.rpartition(".")[0]  # django.tasks or django_tasks
+    return {"default": {"BACKEND": f"{package}.backends.dummy.DummyBackend"}}
+
+
+def test_a_duplicate_on_the_dummy_backend_is_answered_with_the_first_result() -> None:
+    import threading
+
+    from djproject import tasks
+
+    order = _order()
+    with override_settings(TASKS=_dummy_backend(), LOCKKIT={"URL": "memory://dummy-dup"}):
+        first = tasks.send_sms.enqueue(order)
+        again = tasks.send_sms.enqueue(order)
+        assert again.id == first.id
+        assert "_lockkit" not in again.kwargs
+        # Another thread's DummyBackend has not got the result: it answers with its id.
+        elsewhere: list[Any] = []
+        thread = threading.Thread(target=lambda: elsewhere.append(tasks.send_sms.enqueue(order)))
+        thread.start()
+        thread.join()
+        assert [r.id for r in elsewhere] == [first.id]
+        assert len(tasks.send_sms.get_backend().results) == 1, "one task queued"
+
+
+def test_the_task_row_does_not_carry_a_token_that_releases_the_lock() -> None:
+    from djproject import tasks
+
+    from lockkit_core import LockNotOwned
+    from lockkit_django.conf import get_kit
+
+    order = _order()
+    with override_settings(TASKS=_dummy_backend(), LOCKKIT={"URL": "memory://dummy-owner"}):
+        tasks.send_sms.enqueue(order)
+        (stored,) = tasks.send_sms.get_backend().results  # what the backend keeps
+        key = tasks.send_sms.lockkit.keys((order,), {})
+        kit = get_kit()
+        hidden = stored.kwargs["_lockkit"]
+        values = [v for v in hidden.values() if isinstance(v, str)]
+        assert values, hidden
+        for value in values:
+            with pytest.raises((LockNotOwned, ConfigError)):
+                kit.lock(key, owner=value).release()
+        assert kit.admin.info(key) is not None, "the lock is still held"
+
+
 def test_the_frameworks_own_backends_dedupe_without_any_other_tasks_app() -> None:
     """As a user on Django 6's built-in tasks (or the backport) without django-tasks-db has it:
     the import works, two enqueues of one call name one result id on DummyBackend, and on
@@ -196,3 +250,25 @@ def test_the_frameworks_own_backends_dedupe_without_any_other_tasks_app() -> Non
     assert (now["status"], now["value"]) == ("SUCCESSFUL", 70)
     assert now["duplicate"] in ({"raised": now["first"]}, {"returned": now["first"]})
     assert now["runs"] == [7], "the once window keeps the second call from running"
+
+
+def test_a_task_run_before_its_enqueue_returns_leaves_no_record_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from djproject import tasks
+
+    monkeypatch.setenv("DJTASKS_DIR", str(tmp_path))  # the body runs here, and notes it
+
+    from lockkit_django.conf import get_kit
+    from lockkit_django.tasks.compat import Task
+
+    package = Task.__module__.rpartition(".")[0]
+    immediate = {"default": {"BACKEND": f"{package}.backends.immediate.ImmediateBackend"}}
+    order = _order()
+    with override_settings(TASKS=immediate, LOCKKIT={"URL": "memory://immediate-record"}):
+        result = tasks.send_sms.enqueue(order)  # runs here, before enqueue() returns
+        assert str(result.status).endswith("SUCCESSFUL")
+        key = tasks.send_sms.lockkit.keys((order,), {})
+        kit = get_kit()
+        assert kit.admin.info(key) is None
+        assert kit.admin.list(id_prefix(key)) == [], "the id record outlived the call"

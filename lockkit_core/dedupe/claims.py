@@ -6,7 +6,9 @@
     web 2: enqueue(order=7) -> <key> is held -> reads the task id -> answers with that task
 
 The adapter queues the task between :func:`claim_key` and, when the queue chose the task id
-itself, :func:`put_id`; a queueing that fails gives ``claim.lock`` back.
+itself, :meth:`Claim.name_task`; a queueing that fails calls :meth:`Claim.give_back`. The
+hand-over to the worker is the claim's ``owner`` token alone: the worker adopts ``<key>``
+with it, and the the ``id`` record record with the owner derived from it.
 """
 
 from __future__ import annotations
@@ -14,75 +16,119 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ..backends.base import Capability
-from ..errors import ConfigError
-from ..kit import LockKit
-from ..lock import Lock
-from .records import done_key, find_done_task_id, find_task_id, id_key
+from ..backends.base import owner_hint
+from ..lock import new_owner_token
+from .answers import Duplicate
+from .records import (
+    TaskRecords,
+    check_call_key,
+    derived_owner,
+    derived_task_id,
+    done_key,
+    id_key,
+)
 
-__all__ = ["Claim", "claim_key", "put_id", "require_hand_off"]
-
-
-def require_hand_off(kit: LockKit, setting: str) -> None:
-    """Refuse a store whose leases cannot pass from the process that enqueues to the worker
-    (:meth:`Lock.hand_off`): ZooKeeper's end with the session that took them. ``setting``
-    names where the user chose the store."""
-    if Capability.HAND_OFF not in kit.backend.capabilities:
-        raise ConfigError(
-            f"{kit.backend.describe()} cannot hand a lease on to another process (its leases "
-            "end with the client session that took them), and task deduplication passes the "
-            f"enqueue lock to the worker that runs the task; set {setting} to a store that can, "
-            "such as redis:// (or file:// when every process runs on one host)"
-        )
+__all__ = ["Claim", "claim_key"]
 
 
 @dataclass(frozen=True)
 class Claim:
-    """What :func:`claim_key` found: ``lock`` held for this call, or the task that has it.
+    """``key`` taken for this call under ``owner`` for ``lease`` seconds (not renewed: the
+    worker adopts it). ``task_id`` is the id derived from its fencing token (None on a store
+    without tokens)."""
 
-    ``reason`` is ``""`` when the key was taken, ``"enqueued"`` when a queued or running task
-    holds it, ``"done"`` when a success within the ``once`` window recorded it; ``original``
-    names that task (None when it could not be told)."""
+    records: TaskRecords
+    key: str
+    owner: str
+    lease: float
+    task_id: str | None
 
-    lock: Lock | None
-    original: str | None = None
-    reason: str = ""
+    def name_task(self, task_id: str) -> None:
+        """Record that ``task_id``, not the derived id, holds the key (the worker adopts the
+        record with the owner derived from :attr:`owner`).
+
+        A queue may run the task before this (an immediate backend, a fast worker): the
+        record is given back if the key is no longer this claim's, so it never outlives the
+        call. The worker frees the key before the record, so whichever of the two writes last
+        sees the other's work."""
+        record, record_owner = id_key(self.key, task_id), derived_owner(self.owner, task_id)
+        self.records.take(record, record_owner, self.lease)
+        lease = self.records.lease(self.key)
+        if lease is None or lease.owner_hint != owner_hint(self.owner):
+            self.records.give_back(record, record_owner)
+
+    def give_back(self, task_id: str | None = None) -> None:
+        """The task was not queued: free the key (and ``task_id``'s record)."""
+        try:
+            if task_id is not None and task_id != self.task_id:
+                self.records.give_back(
+                    id_key(self.key, task_id), derived_owner(self.owner, task_id)
+                )
+        finally:
+            self.records.give_back(self.key, self.owner)
 
 
 def claim_key(
-    kit: LockKit, key: str, lease: float, *, once: bool, derived: bool = True, settle: float = 0.0
-) -> Claim:
-    """Take ``key`` for ``lease`` seconds (not renewed: the worker adopts it), or find its task.
+    records: TaskRecords,
+    task_name: str,
+    key: str,
+    lease: float,
+    *,
+    once: bool,
+    derived: bool = True,
+    settle: float = 0.0,
+    owner: str | None = None,
+    task_id: str | None = None,
+) -> Claim | Duplicate:
+    """Take ``key`` for ``lease`` seconds under ``owner`` (a fresh token by default), or say
+    which task has it.
 
     ``derived=False`` is for queues that choose task ids themselves: the holder's id is known
-    only once its :func:`put_id` record is written, so a duplicate waits up to ``settle``
-    seconds for it to appear."""
-    if once and kit.admin.info(done_key(key)) is not None:
-        return Claim(None, find_done_task_id(kit, key), "done")
+    only once its :meth:`Claim.name_task` record is written, so a duplicate waits up to
+    ``settle`` seconds for it to appear. A caller-chosen ``task_id`` is recorded before the
+    key is taken, so whoever finds the key held finds its task."""
+    check_call_key(key)
+    if once and records.done(key):
+        return Duplicate(task_name, key, "done", records.done_task_id(key))
+    owner = owner or new_owner_token()
+    named = None if task_id is None else (id_key(key, task_id), derived_owner(owner, task_id))
+    if named is not None:
+        records.take(*named, lease)
+    got = _claim(records, task_name, key, lease, once, derived, settle, owner, task_id)
+    if isinstance(got, Duplicate) and named is not None:
+        records.give_back(*named)
+    return got
+
+
+def _claim(
+    records: TaskRecords,
+    task_name: str,
+    key: str,
+    lease: float,
+    once: bool,
+    derived: bool,
+    settle: float,
+    owner: str,
+    task_id: str | None,
+) -> Claim | Duplicate:
     deadline = time.monotonic() + settle
     attempt = 0
     while True:
-        lock = kit.lock(key, ttl=lease, auto_renew=False, reentrant=False)
-        if lock.acquire(blocking=False, timeout=0):
+        token = records.take(key, owner, lease)
+        if token is not False:
             break
-        original = find_task_id(kit, key, derived=derived)
+        original, left = records.task_id(key, derived=derived, besides=task_id)
         if original is not None:
-            return Claim(None, original, "enqueued")
+            return Duplicate(task_name, key, "enqueued", original, countdown=left)
         # Released between the attempt and the read, or its holder is still queueing.
         attempt += 1
         if attempt >= 3 and time.monotonic() >= deadline:
-            return Claim(None, None, "enqueued")
+            lease_now = records.lease(key)
+            left = None if lease_now is None else lease_now.ttl_remaining
+            return Duplicate(task_name, key, "enqueued", None, countdown=left)
         if attempt >= 3:
             time.sleep(min(0.05, 0.002 * attempt))
-    if once and kit.admin.info(done_key(key)) is not None:
-        lock.release()  # the task succeeded between the first check and the acquisition
-        return Claim(None, find_done_task_id(kit, key), "done")
-    return Claim(lock)
-
-
-def put_id(kit: LockKit, key: str, task_id: str, lease: float) -> Lock:
-    """Record that ``task_id`` holds ``key`` (for a task id not derived from the key's token);
-    the returned handle's ``owner`` goes to the worker, which adopts the record."""
-    marker = kit.lock(id_key(key, task_id), ttl=lease, auto_renew=False, reentrant=False)
-    marker.acquire(blocking=False, timeout=0)
-    return marker
+    if once and records.lease(done_key(key)) is not None:
+        records.give_back(key, owner)  # the task succeeded between the first check and now
+        return Duplicate(task_name, key, "done", records.done_task_id(key))
+    return Claim(records, key, owner, lease, derived_task_id(records.kit, key, token))

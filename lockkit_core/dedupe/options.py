@@ -1,17 +1,25 @@
-"""The lock options of one task, as every task-queue adapter decides them."""
+"""The lock options of one task: their names, defaults, validation and how they are decided.
+
+Every task adapter takes the same options under the same names (decorator keywords; Celery's
+``lockkit_<name>`` task attributes and app settings; Django's ``LOCKKIT["TASKS"]`` in upper
+case) and decides them here: keyword > framework setting > :data:`DEFAULTS`. A name that is
+not an option is a :class:`ConfigError` naming the known ones, wherever it was given.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..config import UNSET
+from ..config import UNSET, check_ttl
+from ..errors import ConfigError
 
-__all__ = ["DEFAULTS", "TaskOptions"]
+__all__ = ["DEFAULTS", "ON_DUPLICATE", "TaskOptions", "check_names", "check_option", "decide"]
 
-#: every option and its default, for every adapter (keyword > framework setting > this);
-#: ``ttl`` UNSET means the store's TTL (30 s unless the settings say otherwise)
+#: every option and its default (keyword > framework setting > this); ``ttl`` UNSET means
+#: the store's TTL (30 s unless the settings say otherwise)
 DEFAULTS: Final[Mapping[str, Any]] = {
     "enabled": True,
     "ttl": UNSET,
@@ -22,6 +30,10 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "enqueue_ttl": 3600.0,
     "remember": 86400.0,
 }
+
+#: what a duplicate gets: ``skip`` answers it with the original task, ``retry`` queues it
+#: and runs it after the original, ``raise`` raises :class:`TaskLocked`
+ON_DUPLICATE: Final = ("skip", "retry", "raise")
 
 
 @dataclass(frozen=True)
@@ -36,3 +48,67 @@ class TaskOptions:
     wait: float
     enqueue_ttl: float
     remember: float
+
+
+def check_names(names: Mapping[str, Any] | set[str], where: str, spell: str = "{}") -> None:
+    """Raise :class:`ConfigError` if a name is not an option; ``spell`` formats the known
+    names as the user writes them there (``"lockkit_{}"``, ``"{}"`` upper-cased by caller)."""
+    unknown = sorted(str(n) for n in names if str(n) not in DEFAULTS)
+    if unknown:
+        known = ", ".join(spell.format(n) for n in DEFAULTS)
+        listed = ", ".join(spell.format(n) for n in unknown)
+        raise ConfigError(f"unknown task lock option {listed} in {where}; known: {known}")
+
+
+def check_option(name: str, value: Any, where: str | None = None) -> Any:
+    """Validate one option; a bad value is a :class:`ConfigError` naming ``where`` (the
+    setting, e.g. ``LOCKKIT['TASKS']['TTL']``) or the keyword ``name``."""
+    label = where or name
+    if name not in DEFAULTS:
+        raise ConfigError(f"unknown task lock option {label}; known: {', '.join(DEFAULTS)}")
+    if name in ("enabled", "enqueue_lock"):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{label} must be True or False, got {value!r}")
+        return value
+    if name == "on_duplicate":
+        if value not in ON_DUPLICATE:
+            raise ConfigError(f"{label} must be one of {', '.join(ON_DUPLICATE)}, got {value!r}")
+        return value
+    if name == "wait":
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok or not math.isfinite(value) or value < 0:
+            raise ConfigError(f"{label} must be zero or more seconds, got {value!r}")
+        return float(value)
+    if name == "once" and value is None:
+        return None
+    if name == "ttl" and value is UNSET:
+        return UNSET
+    return check_ttl(value, label)
+
+
+def decide(
+    given: Mapping[str, Any],
+    setting: Mapping[str, Any],
+    store_ttl: float,
+    *,
+    where: str = "the task's options",
+) -> TaskOptions:
+    """The options of a task: ``given`` (its decorator, or one call) > ``setting`` (the
+    framework's) > :data:`DEFAULTS`, each value checked by :func:`check_option`."""
+    got: dict[str, Any] = {}
+    for name, default in DEFAULTS.items():
+        value = given.get(name, UNSET)
+        if value is UNSET:
+            value = setting.get(name, UNSET)
+        got[name] = default if value is UNSET else check_option(name, value, f"{name} ({where})")
+    ttl = store_ttl if got["ttl"] is UNSET else got["ttl"]
+    return TaskOptions(
+        enabled=got["enabled"],
+        ttl=ttl,
+        on_duplicate=got["on_duplicate"],
+        enqueue_lock=got["enqueue_lock"],
+        once=got["once"],
+        wait=got["wait"],
+        enqueue_ttl=got["enqueue_ttl"],
+        remember=got["remember"],
+    )

@@ -1,47 +1,91 @@
-"""What task deduplication keeps in the lock store, and how a task id is found from a key.
+"""What task deduplication keeps in the lock store, and :class:`TaskRecords`, its own API on it.
 
 Every record is a lease in the kit's namespace, so it expires by itself and shows up in the
 admin listings (``lockkit list``, ``celery lockkit list``):
 
-========================  ======================================  ============================
-key                       held                                    by
-========================  ======================================  ============================
-``<key>``                 from enqueue until the task ends        the call, then the worker
-``<key>:id:<task id>``    with ``<key>``, when the task id is     the same
-                          not the one derived from its token
-``run:<task id>``         while one copy of the task id runs,     the worker, renewed every
-                          then ``remember`` seconds after it      ttl/3; then nobody
-                          ended
-``<key>:done``            ``once`` seconds after a success        nobody (a marker)
-``<key>:done:<task id>``  the same, naming the task that did it   nobody (a marker)
-========================  ======================================  ============================
+==========================================  ==============================  ====================
+key                                         held                            by
+==========================================  ==============================  ====================
+``<key>``                                   from enqueue until the task     the call, then the
+                                            ends                            worker
+``task-record:id:<digest>:<task id>``       with ``<key>``, when the task   the same (its owner
+                                            id is not the one derived from  derived from
+                                            its token                       ``<key>``'s owner)
+``task-record:run:<task id>``               while one copy of the task id   the worker, renewed
+                                            runs                            every ttl/3
+``task-record:finished:<task id>``          ``remember`` seconds after the  nobody (a marker)
+                                            task id ended, whatever its
+                                            outcome
+``task-record:done:<digest>``               ``once`` seconds after a        nobody (a marker)
+                                            success
+``task-record:done:<digest>:<task id>``     the same, naming the task that  nobody (a marker)
+                                            did it
+==========================================  ==============================  ====================
 
-A ``run:<task id>`` lease longer than the task's ``ttl`` can only be the one kept after the
-task ended (a running copy renews it to ``ttl``), so one read tells a late copy whether the
-first copy still runs (defer) or finished (drop), and a run costs no separate marker.
+``<digest>`` is the SHA-256 of ``<key>`` (32 hex digits), and a call's key may not start with
+``task-record:`` (:func:`check_call_key`), so no key a task argument renders can reach
+another call's records (``order_id="42:done"`` is the key ``sms:42:done``, never the done
+marker of ``sms:42``), and the records of two keys never share a prefix.
+
+"Finished" is a record of its own, written before ``<key>`` and ``run:<task id>`` are freed,
+so a late copy of the task id (a broker redelivery) reads it whatever the leases say.
 
 The task id of a call that took ``<key>`` is derived from the key and its fencing token, so a
 duplicate finds it with one read and the common path writes nothing more. A caller-chosen
-id (``task_id=``, canvas, a store without fencing tokens) is written as ``<key>:id:<task id>``,
-found by listing the key's prefix.
+id (``task_id=``, canvas, a queue that picks its own ids) is written as
+its ``id`` record, found by listing the key's record prefix (stores with ``LIST``).
+
+:class:`TaskRecords` reads and writes these through the store's own operations (one round
+trip each), not through ``kit.admin``, the operators' API.
 """
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
+from ..backends.base import Capability, Lease
+from ..errors import ConfigError
+from ..keys import check_key, namespaced
 from ..kit import LockKit
+from ..lock import new_owner_token
 
 __all__ = [
+    "RECORD_PREFIX",
+    "TaskRecords",
+    "check_call_key",
+    "derived_owner",
     "derived_task_id",
     "done_key",
-    "find_done_task_id",
-    "find_task_id",
-    "finished",
+    "finished_key",
     "id_key",
-    "put_marker",
+    "id_prefix",
     "run_key",
 ]
+
+
+#: what every record's name starts with; a call's key may not
+RECORD_PREFIX = "task-record:"
+
+
+def check_call_key(key: str) -> str:
+    """Return ``key`` if a call may lock it: not one of the records' names."""
+    check_key(key)
+    if key.startswith(RECORD_PREFIX):
+        raise ConfigError(
+            f"task lock key {key!r} starts with {RECORD_PREFIX!r}, which is kept for the "
+            "records of task deduplication; change the key template"
+        )
+    return key
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def id_prefix(key: str) -> str:
+    """What the names of ``key``'s id records start with."""
+    return f"{RECORD_PREFIX}id:{_digest(key)}:"
 
 
 def derived_task_id(kit: LockKit, key: str, token: int | None) -> str | None:
@@ -55,49 +99,117 @@ def derived_task_id(kit: LockKit, key: str, token: int | None) -> str | None:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, name))
 
 
+def derived_owner(owner: str, task_id: str) -> str:
+    """The owner token of ``<key>:id:<task id>``, derived from ``<key>``'s owner: whoever
+    holds the call's key (the producer, then the worker that adopted it) holds its id record
+    too, with nothing more to hand over."""
+    return hashlib.sha256(f"{owner}|id|{task_id}".encode()).hexdigest()[:32]
+
+
 def id_key(key: str, task_id: str) -> str:
     """The record naming a caller-chosen task id that holds ``key``."""
-    return f"{key}:id:{task_id}"
+    return id_prefix(key) + task_id
 
 
 def run_key(task_id: str) -> str:
     """Held while one copy of ``task_id`` runs."""
-    return f"run:{task_id}"
+    return f"{RECORD_PREFIX}run:{task_id}"
 
 
-def finished(kit: LockKit, task_id: str, ttl: float) -> bool:
-    """True if ``task_id`` ended (its run lock is kept longer than a running copy's ``ttl``)."""
-    info = kit.admin.info(run_key(task_id))
-    return info is not None and info.ttl_remaining is not None and info.ttl_remaining > ttl
+def finished_key(task_id: str) -> str:
+    """Kept ``remember`` seconds after ``task_id`` ended."""
+    return f"{RECORD_PREFIX}finished:{task_id}"
 
 
 def done_key(key: str, task_id: str | None = None) -> str:
     """The ``once`` marker of ``key`` (and, with ``task_id``, the one naming the task)."""
-    return f"{key}:done" if task_id is None else f"{key}:done:{task_id}"
+    done = f"{RECORD_PREFIX}done:{_digest(key)}"
+    return done if task_id is None else f"{done}:{task_id}"
 
 
-def _listed_id(kit: LockKit, prefix: str) -> str | None:
-    infos = kit.admin.list(prefix)
-    return infos[-1].key[len(prefix) :] if infos else None
+class TaskRecords:
+    """The records of one kit's tasks; every method is one store operation (listing one).
 
+    The store must let a lease pass between processes (``HAND_OFF``: the producer takes a
+    call's key, the worker adopts it); ``setting`` names where the user chose the store."""
 
-def find_task_id(kit: LockKit, key: str, *, derived: bool = True) -> str | None:
-    """The id of the task that holds ``key`` now, or None if it is free (or, with
-    ``derived=False``, if no :func:`id_key` record names it yet)."""
-    named = _listed_id(kit, f"{key}:id:")
-    if named is not None or not derived:
-        return named
-    info = kit.admin.info(key)
-    return None if info is None else derived_task_id(kit, key, info.token)
+    def __init__(self, kit: LockKit, setting: str = "the lock store URL") -> None:
+        backend = kit.backend
+        if Capability.HAND_OFF not in backend.capabilities:
+            raise ConfigError(
+                f"{backend.describe()} cannot hand a lease on to another process (its leases "
+                "end with the client session that took them), and task deduplication passes "
+                f"the enqueue lock to the worker that runs the task; set {setting} to a store "
+                "that can, such as redis:// (or file:// when every process runs on one host)"
+            )
+        self.kit = kit
+        self.backend = backend
+        self.namespace = kit.namespace
+        self.listable = Capability.LIST in backend.capabilities
 
+    def _stored(self, key: str) -> str:
+        return namespaced(self.namespace, check_key(key))
 
-def find_done_task_id(kit: LockKit, key: str) -> str | None:
-    """The id of the task whose success the ``once`` marker of ``key`` records."""
-    return _listed_id(kit, done_key(key) + ":")
+    def lease(self, key: str) -> Lease | None:
+        """The lease on ``key``, or None if it is free."""
+        return self.backend.info(self._stored(key))
 
+    def take(self, key: str, owner: str, ttl: float) -> int | bool | None:
+        """Take ``key`` for ``owner`` (or renew it if ``owner`` holds it) for ``ttl`` seconds,
+        not renewed; its fencing token (None on a store without), or False if held."""
+        grant = self.backend.try_acquire(self._stored(key), owner, ttl)
+        return grant.token if grant.acquired else False
 
-def put_marker(kit: LockKit, key: str, ttl: float) -> bool:
-    """Hold ``key`` for ``ttl`` seconds, never renewed nor released; False if already held."""
-    return kit.lock(key, ttl=ttl, auto_renew=False, reentrant=False).acquire(
-        blocking=False, timeout=0
-    )
+    def give_back(self, key: str, owner: str) -> bool:
+        """Free ``key`` if ``owner`` holds it."""
+        return self.backend.release(self._stored(key), owner)
+
+    def put_marker(self, key: str, ttl: float) -> bool:
+        """Hold ``key`` for ``ttl`` seconds under an owner nobody keeps; False if held."""
+        return self.take(key, new_owner_token(), ttl) is not False
+
+    def finished(self, task_id: str) -> bool:
+        """True if ``task_id`` ended within its ``remember`` window."""
+        return self.lease(finished_key(task_id)) is not None
+
+    def mark_finished(self, task_id: str, remember: float) -> None:
+        """Record that ``task_id`` ended, for ``remember`` seconds."""
+        self.put_marker(finished_key(task_id), remember)
+
+    def done(self, key: str) -> bool:
+        """True if a success of ``key`` is within its ``once`` window."""
+        return self.lease(done_key(key)) is not None
+
+    def done_task_id(self, key: str) -> str | None:
+        """The id of the task whose success the ``once`` marker of ``key`` records."""
+        return self._listed_id(done_key(key) + ":")
+
+    def task_id(
+        self, key: str, *, derived: bool = True, besides: str | None = None
+    ) -> tuple[str | None, float | None]:
+        """The id of the task that holds ``key`` now and the seconds its lease has left
+        ((None, None) if free, or if with ``derived=False`` no id record names it yet);
+        ``besides`` is the caller's own task id, whose record does not count."""
+        if self.listable:
+            prefix = id_prefix(key)
+            stored = self._stored(prefix)
+            for record in reversed(self.backend.list(stored)):
+                named = record.key[len(stored) :]
+                if named != besides:
+                    return named, record.ttl_remaining
+        if not derived:
+            return None, None
+        lease = self.lease(key)
+        if lease is None:
+            return None, None
+        return derived_task_id(self.kit, key, lease.token), lease.ttl_remaining
+
+    def _listed(self, prefix: str) -> Lease | None:
+        if not self.listable:
+            return None
+        leases = self.backend.list(self._stored(prefix))
+        return leases[-1] if leases else None
+
+    def _listed_id(self, prefix: str) -> str | None:
+        lease = self._listed(prefix)
+        return None if lease is None else lease.key.rpartition(prefix)[2]

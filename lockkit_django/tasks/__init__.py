@@ -27,11 +27,10 @@ Settings: the lock store is ``settings.LOCKKIT``'s; task defaults go in
 ``LOCKKIT["TASKS"]`` (see :mod:`lockkit_django.task_options`).
 """
 
-from lockkit_core.dedupe import TaskLocked, duplicate_counts
+from lockkit_core.dedupe import TaskLocked, TaskOptions, duplicate_counts
 
-from ..task_options import TaskOptions
-from .duplicates import task_duplicate
 from .enqueue import HIDDEN
+from .signals import task_duplicate
 from .task import LockedTask, TaskLock, locked_task
 
 __all__ = [

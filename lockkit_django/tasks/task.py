@@ -12,13 +12,12 @@ from asgiref.sync import sync_to_async
 
 from lockkit_core import ConfigError
 from lockkit_core.config import UNSET
-from lockkit_core.dedupe import TaskKey
+from lockkit_core.dedupe import TaskKey, TaskOptions, check_option, decide
 
 from ..conf import lockkit_state
-from ..task_options import TaskOptions, check_option, decide
 from .compat import GenericTask, Task, TaskResult, task
 from .enqueue import enqueue_locked
-from .run import run_locked
+from .worker import call_in_worker
 
 __all__ = ["LockedTask", "TaskLock", "locked_task"]
 
@@ -36,7 +35,8 @@ class TaskLock:
     def options(self) -> TaskOptions:
         """The options decided now (``settings.LOCKKIT`` may have changed since import)."""
         state = lockkit_state()
-        return decide(dict(self.given), state.settings.tasks, state.kit.config.ttl)
+        return decide(dict(self.given), state.settings.tasks, state.kit.config.ttl,
+                      where="@locked_task")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,7 +65,7 @@ class LockedTask(GenericTask[P, T], Generic[P, T]):
     def call(self, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run the function; in a worker, under the call's locks."""
         keys = self.lockkit.keys
-        return run_locked(  # type: ignore[no-any-return]
+        return call_in_worker(  # type: ignore[no-any-return]
             self,
             self.lockkit.options(),
             lambda a, kw: keys(a[1:] if self.takes_context else a, kw),

@@ -198,6 +198,7 @@ class RedisBackend(Backend):
         pttl = int(reply[1])
         wait_ms = int(reply[2]) if len(reply) > 2 else pttl
         if waiter is not None:
+            waiter.ttl = ttl
             if waiter.queued_at is None:
                 waiter.queued_at = sent
             # as lua/lock.lua keeps the entry: the lease we are told of, two of ours, 2 s

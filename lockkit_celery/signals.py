@@ -1,4 +1,5 @@
-"""Skipped duplicates are never silent: a log line, a counter and the ``task_duplicate`` signal.
+"""The ``task_duplicate`` signal: skipped duplicates are never silent (the core logs and
+counts each one, :mod:`lockkit_core.dedupe.answers`; this adds Celery's signal).
 
 Connect to the signal to export the numbers::
 
@@ -8,7 +9,7 @@ Connect to the signal to export the numbers::
     def count(sender, key, task_id, original_id, reason, **_):
         metrics.incr("celery.duplicate", tags=[f"task:{sender.name}", f"reason:{reason}"])
 
-``reason`` is one of :data:`REASONS`.
+``reason`` is one of :data:`~lockkit_core.dedupe.REASONS`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Final
 
 from celery.utils.dispatch import Signal
 
-from lockkit_core.dedupe.duplicates import REASONS, count_duplicate, duplicate_counts
+from lockkit_core.dedupe import REASONS, Duplicate, duplicate_counts
 
 __all__ = ["REASONS", "duplicate_counts", "report_duplicate", "task_duplicate"]
 
@@ -29,11 +30,13 @@ log = logging.getLogger("lockkit.celery")
 task_duplicate: Final = Signal(name="lockkit_task_duplicate")
 
 
-def report_duplicate(
-    task: Any, key: str, task_id: str | None, original_id: str | None, reason: str
-) -> None:
+def report_duplicate(task: Any, dup: Duplicate) -> None:
     """Log, count and signal one duplicate."""
-    count_duplicate(log, task.name, key, task_id, original_id, reason)
+    dup.report(log)
     task_duplicate.send(
-        sender=task, key=key, task_id=task_id, original_id=original_id, reason=reason
+        sender=task,
+        key=dup.key,
+        task_id=dup.task_id,
+        original_id=dup.original,
+        reason=dup.reason,
     )

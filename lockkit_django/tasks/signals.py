@@ -1,5 +1,6 @@
-"""Skipped duplicates of Django tasks: a log line (``lockkit.django.tasks``), the core's
-counter (:func:`lockkit_core.dedupe.duplicate_counts`) and the :data:`task_duplicate` signal::
+"""The :data:`task_duplicate` signal of Django tasks: the core logs and counts every skipped
+duplicate (:mod:`lockkit_core.dedupe.answers`, logger ``lockkit.django.tasks`` here), and
+this adds Django's signal::
 
     @receiver(task_duplicate)
     def count(sender, key, task_id, original_id, reason, **_):
@@ -13,7 +14,7 @@ from typing import Any, Final
 
 from django.dispatch import Signal
 
-from lockkit_core.dedupe import count_duplicate
+from lockkit_core.dedupe import Duplicate
 
 __all__ = ["report_duplicate", "task_duplicate"]
 
@@ -24,11 +25,9 @@ log = logging.getLogger("lockkit.django.tasks")
 task_duplicate: Final = Signal()
 
 
-def report_duplicate(
-    task: Any, key: str, task_id: str | None, original_id: str | None, reason: str
-) -> None:
+def report_duplicate(task: Any, dup: Duplicate) -> None:
     """Log, count and signal one duplicate."""
-    count_duplicate(log, task.module_path, key, task_id, original_id, reason)
+    dup.report(log)
     task_duplicate.send(
-        sender=task, key=key, task_id=task_id, original_id=original_id, reason=reason
+        sender=task, key=dup.key, task_id=dup.task_id, original_id=dup.original, reason=dup.reason
     )

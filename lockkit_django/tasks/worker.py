@@ -3,30 +3,33 @@
 The worker (``manage.py db_worker``, or any backend's) sends ``task_started`` with the
 result just before it calls the task; :func:`_on_started` keeps that result for the call,
 which then goes through :func:`lockkit_core.dedupe.start_run`: ``run:<result id>`` renewed
-while the function runs, ``<key>`` adopted with the owner token from :data:`HIDDEN`, the
-``once`` markers written on success, both released when the function returns or raises.
+while the function runs, ``<key>`` adopted with the owner derived from the nonce in
+:data:`HIDDEN` (and the ``id`` record with the owner derived from that), the ``once``
+markers and the finished record written on success, the locks released when the function
+returns or raises.
 
 A duplicate (the key held by another result, a success within ``once``, a second copy of a
 result id) does not run: ``on_duplicate="skip"`` returns None, so the backend stores it as
 successful with no return value; ``"raise"`` raises :class:`TaskLocked`, so it is stored as
-failed with that error, naming the result that holds the key.
+failed with that error, naming the result that holds the key; ``"retry"`` waits in the
+worker for the key (up to ``enqueue_ttl``), since a django.tasks result cannot be queued
+again under its own id, and then runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from lockkit_core.dedupe import Busy, TaskLocked, id_key, start_run
+from lockkit_core.dedupe import Duplicate, TaskOptions, start_run
 
-from ..conf import lockkit_state
-from ..task_options import TaskOptions
 from .compat import TaskResult, task_started
-from .duplicates import report_duplicate
-from .enqueue import HIDDEN
+from .enqueue import HIDDEN, owner_of, records
+from .signals import report_duplicate
 
-__all__ = ["run_locked"]
+__all__ = ["call_in_worker"]
 
 _current = threading.local()
 
@@ -47,7 +50,7 @@ def _started_result(func: Callable[..., Any]) -> TaskResult[Any] | None:
     return result
 
 
-def run_locked(
+def call_in_worker(
     task: Any,
     opts: TaskOptions,
     key_of: Callable[[tuple[Any, ...], dict[str, Any]], str],
@@ -62,23 +65,18 @@ def run_locked(
     started = _started_result(task.func)
     if started is None or not opts.enabled:
         return call(*args, **kwargs)
-    owner = record.get("owner") if isinstance(record, dict) else None
-    kit = lockkit_state().kit
+    record = record if isinstance(record, dict) else {}
+    nonce = record.get("nonce")
     key = key_of(args, kwargs)
-    result_id = str(started.id)
-    if owner:
-        # The enqueuer's <key>:id:R record, not renewed, would outlive a killed worker by up
-        # to enqueue_ttl; this run takes it again under its own renewed lease. The name is R's
-        # alone, so nobody else can hold it.
-        kit.admin.force_release(id_key(key, result_id))
-    got = start_run(kit, key, result_id, opts, owner, derived=False)
-    if isinstance(got, Busy):
-        report_duplicate(task, key, result_id, got.original, got.reason)
+    # A row queued by an earlier version carries the owner token itself.
+    owner = owner_of(key, nonce) if isinstance(nonce, str) else record.get("owner")
+    if opts.on_duplicate == "retry":
+        opts = dataclasses.replace(opts, wait=max(opts.wait, opts.enqueue_ttl))
+    got = start_run(records(), task.name, key, str(started.id), opts, owner, derived=False)
+    if isinstance(got, Duplicate):
+        report_duplicate(task, got)
         if opts.on_duplicate == "raise":
-            raise TaskLocked(
-                key, got.original, f"task {task.name} ({result_id}) did not run: duplicate "
-                f"{got.reason} of {got.original or 'an unknown task'} (lock key {key!r})"
-            )  # fmt: skip
+            raise got.error()
         return None
     try:
         value = call(*args, **kwargs)
