@@ -16,7 +16,7 @@ from pymysql.constants import CLIENT
 
 from ...errors import BackendError, BackendUnavailable, ConfigError
 
-__all__ = ["MAX_IDLE", "MyPool", "Results", "translated"]
+__all__ = ["MAX_IDLE", "Conn", "MyPool", "Results", "execute", "forget", "translated"]
 
 MAX_IDLE = 4
 #: see pgpool.DEAD_ON_USE: a pooled connection that fails this fast was dead before use
@@ -90,7 +90,7 @@ class MyPool:
             if conn.open and not self._closed and len(self._idle) < MAX_IDLE:
                 self._idle.append(conn)
                 return
-        _close(conn)
+        forget(conn)
 
     @contextmanager
     def held(
@@ -109,9 +109,9 @@ class MyPool:
             while True:
                 started = time.monotonic()
                 try:
-                    results = _execute(conn, sql, params, what, self.where)
+                    results = execute(conn, sql, params, what, self.where)
                 except BackendUnavailable:
-                    _close(conn)
+                    forget(conn)
                     slow = time.monotonic() - started > DEAD_ON_USE
                     if slow and abandoned is not None:
                         abandoned(conn.thread_id())
@@ -125,7 +125,7 @@ class MyPool:
         try:
             yield run
         except BaseException:
-            _close(conn)
+            forget(conn)
             raise
         self.give(conn)
 
@@ -150,10 +150,11 @@ class MyPool:
             self._closed = True
             idle, self._idle = self._idle, []
         for conn in idle:
-            _close(conn)
+            forget(conn)
 
 
-def _execute(conn: Conn, sql: str, params: Any, what: str, where: str) -> Results:
+def execute(conn: Conn, sql: str, params: Any, what: str, where: str) -> Results:
+    """Run ``sql`` on ``conn``: per statement, its affected row count and rows."""
     with translated(what, where), conn.cursor() as cursor:
         cursor.execute(sql, params)
         results = [(cursor.rowcount, list(cursor.fetchall()))]
@@ -162,7 +163,8 @@ def _execute(conn: Conn, sql: str, params: Any, what: str, where: str) -> Result
     return results
 
 
-def _close(conn: Conn) -> None:
+def forget(conn: Conn) -> None:
+    """Close ``conn`` without minding whether it still works."""
     # already closed, or the socket is gone: there is nothing to tell the server
     with contextlib.suppress(pymysql.err.Error):
         conn.close()

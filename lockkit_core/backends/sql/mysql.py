@@ -3,7 +3,8 @@
 Acquiring is one short transaction sent in one round trip (see :func:`acquire_sql`): lock
 the key's row, and if the key is free, its lease over or ours, write it (bumping the fence
 counter for a new holder) and commit. Release and extend are one statement each, comparing
-the owner digest. Waiting is bounded jittered backoff (MySQL cannot notify another session).
+the owner digest. Waiting: one waiter per key backs off and tries, the others queue in the
+server (see :mod:`.mywait`); MySQL cannot notify another session.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...errors import BackendError, ConfigError
 from ...url import LockURL
-from ..base import Backend, Capability, Grade, Grant, Lease, owner_id
+from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
 from .giveback import GiveBack
 from .schema import DEFAULT_TABLE, check_table, mysql_ddl
 
@@ -103,6 +104,7 @@ class MySQLBackend(Backend):
         from .mypool import MyPool  # PyMySQL: imported once the registry checked it is there
 
         socket_timeout = self.options.get("socket_timeout", 10.0)
+        self._socket_timeout = socket_timeout
         params = {
             "host": url.host or "127.0.0.1",
             "port": url.port or 3306,
@@ -131,6 +133,11 @@ class MySQLBackend(Backend):
                 raise
         self.create_schema()
         return self._pool.run(sql, params, what)
+
+    def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
+        from .mywait import RoomWaiter, waiting_room
+
+        return RoomWaiter(self._pool, waiting_room(self.table, key), self._socket_timeout / 2)
 
     def _server_thread_alive(self, thread: int) -> bool:
         done = self._pool.run(
