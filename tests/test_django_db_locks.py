@@ -101,3 +101,22 @@ def test_outside_django_the_settings_module_is_asked_for(tmp_path: object) -> No
     )
     assert done.returncode == 1, done.stderr
     assert "DJANGO_SETTINGS_MODULE" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_manage_py_migrate_creates_the_lease_table_of_the_alias(pg_url: str) -> None:
+    """With ``LOCKKIT = {"URL": "django://pg"}``, migrating the lockkit app on ``pg`` creates
+    the lease table there, through Django's own migration (a user that runs migrations may
+    run DDL; the application's user then needs none)."""
+    from django.core.management import call_command
+    from django.db import connections
+    from django.test import override_settings
+
+    with connections["pg"].cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS lockkit_lease")
+        cursor.execute("DROP SEQUENCE IF EXISTS lockkit_lease_fence")
+    call_command("migrate", "lockkit", "zero", database="pg", verbosity=0)
+    with override_settings(LOCKKIT={"URL": pg_url}):
+        call_command("migrate", "lockkit", database="pg", verbosity=0)
+    with connections["pg"].cursor() as cursor:
+        cursor.execute("SELECT to_regclass('lockkit_lease'), to_regclass('lockkit_lease_fence')")
+        assert cursor.fetchone() == ("lockkit_lease", "lockkit_lease_fence")
