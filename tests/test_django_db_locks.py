@@ -120,3 +120,13 @@ def test_manage_py_migrate_creates_the_lease_table_of_the_alias(pg_url: str) -> 
     with connections["pg"].cursor() as cursor:
         cursor.execute("SELECT to_regclass('lockkit_lease'), to_regclass('lockkit_lease_fence')")
         assert cursor.fetchone() == ("lockkit_lease", "lockkit_lease_fence")
+
+
+def test_a_sqlite_alias_waits_for_the_write_lock_as_django_does() -> None:
+    from lockkit_core.backends.sql.django import store_url
+
+    settings = {"ENGINE": "django.db.backends.sqlite3", "NAME": "/tmp/x.db"}
+    assert store_url("a", {**settings, "OPTIONS": {"timeout": 30}}, {}) == (
+        "sqlite:///tmp/x.db?timeout=30"
+    )
+    assert store_url("a", settings, {"timeout": "2"}) == "sqlite:///tmp/x.db?timeout=2"

@@ -45,6 +45,10 @@ def store_url(alias: str, settings: Mapping[str, Any], query: Mapping[str, str])
             "MySQL/MariaDB and SQLite databases"
         )
     name = str(settings.get("NAME") or "")
+    query = dict(query)
+    busy = (settings.get("OPTIONS") or {}).get("timeout")
+    if scheme == "sqlite" and "timeout" not in query and isinstance(busy, int | float):
+        query["timeout"] = str(busy)  # wait for SQLite's write lock as the alias does
     options = "&".join(f"{k}={quote(str(v))}" for k, v in query.items())
     suffix = f"?{options}" if options else ""
     if scheme == "sqlite":
