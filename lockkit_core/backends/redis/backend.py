@@ -156,6 +156,11 @@ class RedisBackend(Backend):
                     raise BackendUnavailable(
                         f"redis at {self.describe()} refused our credentials: {text}"
                     ) from exc
+                if _is_transient(errors, exc):
+                    raise BackendUnavailable(
+                        f"redis at {self.describe()} cannot {what} now (a replica, loading, "
+                        f"or its cluster is failing over): {text}"
+                    ) from exc
                 raise BackendError(f"redis at {self.describe()} failed to {what}: {text}") from exc
             except errors.RedisError as exc:
                 raise BackendError(f"redis at {self.describe()} failed to {what}: {exc}") from exc
@@ -328,3 +333,16 @@ class RedisBackend(Backend):
 
 def _glob_escape(text: str) -> str:
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+#: Answers of a server that cannot take writes for now (a failover demoted it, it is loading
+#: its data, its primary or cluster is down): unavailable, like a dropped connection. redis-py
+#: strips the code from the message of the classes it knows, so both are checked.
+_TRANSIENT_CODES = ("READONLY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
+_TRANSIENT_CLASSES = ("ReadOnlyError", "BusyLoadingError", "MasterDownError", "TryAgainError",
+                      "ClusterDownError")  # fmt: skip
+
+
+def _is_transient(errors: Any, exc: Exception) -> bool:
+    classes = tuple(getattr(errors, name) for name in _TRANSIENT_CLASSES if hasattr(errors, name))
+    return isinstance(exc, classes) or str(exc).startswith(_TRANSIENT_CODES)
