@@ -29,6 +29,12 @@ _BUILTIN: dict[str, str] = {
     "unix": "lockkit_core.backends.redis:RedisBackend",
     "zookeeper": "lockkit_core.backends.zookeeper:ZooKeeperBackend",
     "etcd": "lockkit_core.backends.etcd:EtcdBackend",
+    "postgresql": "lockkit_core.backends.sql.postgres:PostgresBackend",
+    "postgres": "lockkit_core.backends.sql.postgres:PostgresBackend",
+    "sqlite": "lockkit_core.backends.sql.sqlite:SqliteBackend",
+    "mysql": "lockkit_core.backends.sql.mysql:MySQLBackend",
+    "mariadb": "lockkit_core.backends.sql.mysql:MySQLBackend",
+    "django": "lockkit_core.backends.sql.django:DjangoBackend",
 }
 
 
