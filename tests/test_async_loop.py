@@ -22,7 +22,8 @@ def kit(store_url: str) -> Iterator[LockKit]:
         yield kit
 
 
-def test_waiting_on_a_busy_lock_never_blocks_the_loop(kit: LockKit) -> None:
+def _busy_lock_stall(kit: LockKit) -> float:
+    """The worst ticker stall while WAITERS tasks await a lock another thread holds."""
     held = threading.Event()
     done = threading.Event()
 
@@ -53,7 +54,19 @@ def test_waiting_on_a_busy_lock_never_blocks_the_loop(kit: LockKit) -> None:
     results, stall = asyncio.run(main())
     thread.join()
     assert any(results)
-    assert stall < 0.010, f"the loop stalled for {stall * 1000:.1f} ms"
+    return stall
+
+
+def test_waiting_on_a_busy_lock_never_blocks_the_loop(kit: LockKit) -> None:
+    # A loop that waits by blocking stalls for the whole 0.3 s hold on every run; a loaded
+    # machine can deschedule this process for a few ms now and then. So one run of three
+    # must stay under 10 ms: scheduler noise passes, a blocking wait never does.
+    stalls = []
+    for _ in range(3):
+        stalls.append(_busy_lock_stall(kit))
+        if stalls[-1] < 0.010:
+            return
+    pytest.fail(f"the loop stalled for {', '.join(f'{s * 1000:.1f}' for s in stalls)} ms")
 
 
 def test_a_blocking_acquire_on_the_loop_would_fail_this_check(kit: LockKit) -> None:
