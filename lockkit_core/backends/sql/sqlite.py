@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -77,11 +79,22 @@ class SqliteBackend(Backend):
         conn = sqlite3.connect(
             self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
         )
-        # WAL: readers (admin, waiters' looks) do not block the writer or each other.
-        conn.execute("PRAGMA journal_mode=WAL")
-        for statement in self.ddl():
-            conn.execute(statement)
-        return conn
+        # SQLite answers "database is locked" at once, without its busy handler, while another
+        # connection turns the file to WAL or recovers its log: several processes opening a
+        # new file together see it. Such a set-up is tried again until the busy timeout.
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                # WAL: readers (admin, waiters' looks) do not block the writer or each other.
+                conn.execute("PRAGMA journal_mode=WAL")
+                for statement in self.ddl():
+                    conn.execute(statement)
+                return conn
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    conn.close()
+                    raise
+                time.sleep(0.005 + random.random() * 0.02)
 
     def ddl(self) -> list[str]:
         return sqlite_ddl(self.table)
