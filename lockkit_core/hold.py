@@ -111,7 +111,12 @@ class Hold:
         """Free the key on the store; LockLost if the lease was already gone, reported to
         ``on_lost`` too unless the watchdog reported it first."""
         was_lost = self.is_lost()
-        released = self.backend.release(self.full_key, self.owner)
+        self.settle(self.backend.release(self.full_key, self.owner), was_lost=was_lost)
+
+    def settle(self, released: bool, *, was_lost: bool) -> None:
+        """Account for a release the store answered ``released`` (False: our owner token no
+        longer held the key); ``was_lost``: the lease was lost before it was sent. Raises
+        and reports as :meth:`release` (which sends it itself; a batch sends several)."""
         if was_lost or not released:
             self._report_lost(
                 "its lease ran out before release"

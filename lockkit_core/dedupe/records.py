@@ -168,6 +168,11 @@ class TaskRecords:
         """Hold ``key`` for ``ttl`` seconds under an owner nobody keeps; False if held."""
         return self.take(key, new_owner_token(), ttl) is not False
 
+    def marker(self, key: str, ttl: float) -> tuple[str, str, float]:
+        """``(stored key, owner nobody keeps, ttl)``: :meth:`put_marker`'s operation, for a
+        batch (``Backend.end_run``)."""
+        return self._stored(key), new_owner_token(), ttl
+
     def finished(self, task_id: str) -> bool:
         """True if ``task_id`` ended within its ``remember`` window."""
         return self.lease(finished_key(task_id)) is not None
