@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from benchmarks.redis_monitor import CommandCounter
 from lockkit_core import LockKit
 from lockkit_core.backends.base import Backend
 from lockkit_core.dedupe import Duplicate, RunGuard, TaskOptions, TaskRecords, start_run
@@ -185,3 +186,33 @@ def test_ending_a_failed_run_writes_the_finished_record_in_the_same_step(kit: Lo
     guard.ended()  # no succeeded(): the task failed
     assert records.finished("id-3")
     assert records.lease("sms:3") is None and records.lease(run_key("id-3")) is None
+
+
+def test_a_success_ends_the_run_in_one_store_command_with_its_finished_record(
+    kit: LockKit, redis_server: RedisServer
+) -> None:
+    records, opts = TaskRecords(kit), _opts()
+    owner = _enqueued(records, "sms:4")
+    guard = start_run(records, "t", "sms:4", "id-4", opts, owner)
+    assert isinstance(guard, RunGuard)
+    with CommandCounter(redis_server.port) as seen:
+        guard.succeeded()
+        guard.ended()  # after the result is stored: nothing left to send
+    assert seen.total == 1, seen.lines
+    assert records.finished("id-4")
+    assert records.lease("sms:4") is None and records.lease(run_key("id-4")) is None
+    # a duplicate waiting on id-4 before its result is stored does not take it for lost
+    assert not records.lost("id-4", "sms:4")
+    assert records.lost("id-never-ran", "sms:4")
+
+
+def test_with_once_the_key_stays_held_until_the_result_is_stored(kit: LockKit) -> None:
+    records, opts = TaskRecords(kit), decide({"once": 60.0}, {}, 10.0)
+    owner = _enqueued(records, "sms:5")
+    guard = start_run(records, "t", "sms:5", "id-5", opts, owner)
+    assert isinstance(guard, RunGuard)
+    guard.succeeded()
+    assert records.done("sms:5") and records.finished("id-5")
+    assert records.lease("sms:5") is not None  # a call answered "done" must find the result
+    guard.ended()
+    assert records.lease("sms:5") is None and records.lease(run_key("id-5")) is None

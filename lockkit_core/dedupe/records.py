@@ -181,6 +181,17 @@ class TaskRecords:
         """Record that ``task_id`` ended, for ``remember`` seconds."""
         self.put_marker(finished_key(task_id), remember)
 
+    def lost(self, task_id: str, key: str) -> bool:
+        """True if the task ``task_id``, which held ``key``, neither runs, nor holds ``key``,
+        nor finished within its ``remember`` window: a duplicate waiting on it will never see
+        its result unless it runs itself. (A task that succeeded frees ``<key>`` and ``run``
+        with its finished record written, before its result is stored.)"""
+        return (
+            self.lease(run_key(task_id)) is None
+            and self.lease(key) is None
+            and not self.finished(task_id)
+        )
+
     def done(self, key: str) -> bool:
         """True if a success of ``key`` is within its ``once`` window."""
         return self.lease(done_key(key)) is not None

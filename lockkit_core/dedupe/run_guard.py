@@ -71,10 +71,19 @@ class RunGuard:
 
     def succeeded(self) -> None:
         """Write the success markers and the finished record; called before the result is
-        stored, so that whoever sees the result also sees them."""
-        if self.opts.once is not None:
-            self.records.put_marker(done_key(self.key, self.task_id), self.opts.once)
-            self.records.put_marker(done_key(self.key), self.opts.once)
+        stored, so that whoever sees the result also sees them.
+
+        Without ``once`` the run is over then: the finished record, ``<key>`` and ``run`` go
+        in one store operation (:meth:`ended` has nothing left to do). A late copy finds the
+        finished record; a deferred duplicate waiting on this task finds it too, so it does
+        not take the task for lost (:meth:`TaskRecords.lost`) before its result is stored.
+        With ``once``, ``<key>`` stays held until the result is stored: a call answered
+        "done" is told to read it."""
+        if self.opts.once is None:
+            self._release([*self._key_locks(), self.run], self._finished_marker())
+            return
+        self.records.put_marker(done_key(self.key, self.task_id), self.opts.once)
+        self.records.put_marker(done_key(self.key), self.opts.once)
         self._mark_finished()
 
     def _mark_finished(self) -> None:
@@ -126,6 +135,8 @@ class RunGuard:
         ``on_lost``), never freed under another owner."""
         self.key_lock = self.id_lock = None
         held = [lock.detach() for lock in locks if lock.owned()]
+        if not held and marker is None:
+            return  # succeeded() ended the run already
         try:
             answers = self.records.backend.end_run(
                 [(hold.full_key, hold.owner) for hold, _ in held], marker
