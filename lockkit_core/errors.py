@@ -15,6 +15,9 @@
             └── LockLost               lease expired or session lost while we thought we held it
 
 Framework adapters subclass these, so ``except LockKitError`` catches everything lockkit raises.
+
+One warning: ``InsecureTransportWarning(UserWarning)``, a configuration that sends a
+credential to the store in clear text.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ __all__ = [
     "BackendNotInstalled",
     "BackendUnavailable",
     "ConfigError",
+    "InsecureTransportWarning",
     "LockError",
     "LockKitError",
     "LockLost",
@@ -103,3 +107,8 @@ class LockNotOwned(LockError):
 
 class LockLost(LockNotOwned):
     """The lease ran out or the session was lost while we thought we held the lock."""
+
+
+class InsecureTransportWarning(UserWarning):
+    """The configuration sends a credential to the store in clear text (no TLS): anyone on
+    the path can read it. Raised as a warning at kit construction, and logged."""

@@ -13,7 +13,7 @@ from .admin import Admin
 from .backends.base import Backend, Capability
 from .config import UNSET, LockKitConfig, check_lock_ttl, check_timeout
 from .errors import ConfigError, NotSupported
-from .holds import Holds
+from .hold_table import Holds
 from .keys import KeyTemplate, check_key
 from .lock import Lock, OnLost
 from .registry import create_backend

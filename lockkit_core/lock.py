@@ -4,7 +4,7 @@ A handle is cheap; what is held is a :class:`~lockkit_core.hold.Hold`, shared by
 that re-enters the same key in the same thread. Reentrancy is decided here; the acquire loop
 is in :mod:`lockkit_core.acquire`, renewal in :mod:`lockkit_core.watchdog`. A handle reaches its
 kit only through ``kit.backend``, ``kit.namespace`` and ``kit.holds``
-(:class:`~lockkit_core.holds.Holds`, the table of holds it may re-enter).
+(:class:`~lockkit_core.hold_table.Holds`, the table of holds it may re-enter).
 """
 
 from __future__ import annotations
@@ -219,6 +219,7 @@ class Lock:
             if use is None:
                 use = self._local.use = [hold, 0]
                 hold.handles.append(weakref.ref(self))
+                self.kit.holds.tie(hold, self)
             use[1] += 1
             return True
 

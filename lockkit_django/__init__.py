@@ -25,6 +25,7 @@ from .problems import (
     IdempotencyKeyReused,
     IdempotencyStoreDown,
     LockStoreDown,
+    RequestKeyInvalid,
     RequestKeyMissing,
     RequestLocked,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "IdempotencyStoreDown",
     "LockStoreDown",
     "LockViewMixin",
+    "RequestKeyInvalid",
     "RequestKeyMissing",
     "RequestLocked",
     "fenced_update",

@@ -1,7 +1,7 @@
 """The admin page for locks: list the held ones, force-release one after a confirmation.
 
 Listed on the admin index under "lockkit" for staff users with ``lockkit.view_lock``;
-releasing also needs ``lockkit.release_lock`` (both created by ``manage.py migrate``, see
+releasing needs ``lockkit.release_lock`` as well (both created by ``manage.py migrate``, see
 :mod:`lockkit_django.models`). Everything goes through the core's admin layer on the kit of
 ``settings.LOCKKIT``; a release is logged as an admin ``LogEntry`` (deletion) and on the
 ``lockkit.django`` logger, with the user who did it.
@@ -79,8 +79,9 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return _has_perm(request, "lockkit.view_lock")
 
     def has_release_permission(self, request: HttpRequest) -> bool:
-        """May this user force-release locks (``lockkit.release_lock``)?"""
-        return _has_perm(request, "lockkit.release_lock")
+        """May this user force-release locks? ``lockkit.release_lock``, and
+        ``lockkit.view_lock`` too: the confirmation shows what the list shows."""
+        return self.has_view_permission(request) and _has_perm(request, "lockkit.release_lock")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -9,6 +9,8 @@ adapter's own keys, into one :class:`LockKitState` per settings value.
         "ENABLED": True,                     # False: views and middleware rules lock nothing
         "WAIT": 0,                           # seconds a locked view waits before answering 409
         "RETRY_AFTER": 1,                    # the Retry-After of a 409 or 503
+        "MAX_KEY_BYTES": 512,                # a longer key built from a request answers 400
+        "STREAM_MAX_HOLD": 60,               # seconds a streamed response keeps its lock
         "MIDDLEWARE": {"RULES": [{"PATH": r"^/orders/(?P<order_id>\\d+)/pay/$",
                                   "METHODS": ["POST"], "KEY": "order:{order_id}"}]},
         "TASKS": {"TTL": 30, "ONCE": None},  # @locked_task defaults (lockkit_django.tasks)
@@ -33,6 +35,7 @@ from django.conf import settings
 
 from lockkit_core import ConfigError, LockKitConfig
 from lockkit_core import LockKit as CoreKit
+from lockkit_core.config import CORE_SETTINGS
 from lockkit_core.guard import GUARD_SETTINGS, Counts, GuardContext, GuardSettings
 
 from .idempotency.settings import IdempotencySettings, parse_idempotency
@@ -49,9 +52,9 @@ __all__ = [
     "lockkit_state",
     "parse_settings",
     "reset_state",
+    "secret_key",
 ]
 
-CORE_SETTINGS: Final = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
 ADAPTER_SETTINGS: Final = (*GUARD_SETTINGS, "MIDDLEWARE", "TASKS", "IDEMPOTENCY")
 
 log = logging.getLogger("lockkit.django")
@@ -142,7 +145,9 @@ class LockKitState:
     guard: GuardContext = field(init=False)
 
     def __post_init__(self) -> None:
-        self.guard = GuardContext(self.kit, self.settings.guard, log, on_lost=[_signal_lost])
+        self.guard = GuardContext(
+            self.kit, self.settings.guard, log, on_lost=[_signal_lost], secret=secret_key
+        )
 
     @property
     def counts(self) -> Counts:
@@ -152,6 +157,11 @@ class LockKitState:
     def count(self, event: str) -> None:
         """Count one ``event``."""
         self.guard.counts.add(event)
+
+
+def secret_key() -> str | None:
+    """Django's ``SECRET_KEY``, read when a credential is first hashed."""
+    return getattr(settings, "SECRET_KEY", None)
 
 
 def _signal_lost(lock: Any, route: str, error: BaseException) -> None:

@@ -5,7 +5,8 @@ queried; ``manage.py migrate`` creates its two permissions, which staff users ne
 admin page (:mod:`lockkit_django.admin`):
 
 - ``lockkit.view_lock``: see the held locks;
-- ``lockkit.release_lock``: force-release one.
+- ``lockkit.release_lock``: force-release one (with ``view_lock``: the confirmation shows
+  the lock).
 
 Django's data commands still walk every installed model: ``dumpdata`` (with or without
 ``--all``) reads each through its default or base manager. Both are :class:`NoRows`, whose

@@ -5,6 +5,7 @@ The request guard's own (:mod:`lockkit_core.guard`, shared with Flask)::
     LockUnavailable    -> RequestLocked       409, Retry-After: another request holds the key
     BackendUnavailable -> LockStoreDown       503, Retry-After: the store cannot be reached
     LockKitError       -> RequestKeyMissing   400: the request lacks a value of the key
+    LockKitError       -> RequestKeyInvalid   400: the key it makes is too long, or holds NUL
 
 and for ``Idempotency-Key`` requests (:mod:`lockkit_django.idempotency`)::
 
@@ -27,6 +28,7 @@ from lockkit_core.guard import (
     PROBLEM_JSON,
     LockStoreDown,
     Problem,
+    RequestKeyInvalid,
     RequestKeyMissing,
     RequestLocked,
 )
@@ -38,6 +40,7 @@ __all__ = [
     "IdempotencyKeyReused",
     "IdempotencyStoreDown",
     "LockStoreDown",
+    "RequestKeyInvalid",
     "RequestKeyMissing",
     "RequestLocked",
     "is_refusal",

@@ -14,8 +14,11 @@ group); the other roots are sources:
 ``json[name]``       a member of the JSON body                   400
 ===================  ==========================================  =========================
 
-A key may also be a callable ``key(request, **url_kwargs) -> str``. The same names mean the
-same in Flask (:mod:`lockkit_flask.sources`).
+``{session}`` (a bearer credential) and any item named like a credential (``Authorization``,
+``Cookie``, ``X-Api-Key``, ``password``, ...) are rendered as a keyed hash under
+``SECRET_KEY``, never as sent (:mod:`lockkit_core.guard.credentials`). A key may also be a
+callable ``key(request, **url_kwargs) -> str``. The same names mean the same in Flask
+(:mod:`lockkit_flask.sources`).
 """
 
 from __future__ import annotations
@@ -26,18 +29,11 @@ from typing import Any, Final
 
 from django.http import HttpRequest
 
-from lockkit_core.guard import Source, UserValue
+from lockkit_core.guard import WEB_SOURCES, UserValue
 
 __all__ = ["SOURCES", "values"]
 
-SOURCES: Final = {
-    "query": Source("the query string", "the query parameter"),
-    "form": Source("the form", "the form field"),
-    "json": Source("the JSON body", "the JSON body member"),
-    "headers": Source("the headers", "the header"),
-    "user": Source("the signed-in user", "the signed-in user's"),
-    "session": Source("the session", "the session value"),
-}
+SOURCES: Final = WEB_SOURCES
 
 
 class _Session:

@@ -18,7 +18,7 @@ from typing import Any
 
 from lockkit_core.guard import PROBLEM_JSON, RequestRule
 
-from .errors import LockStoreDown, RequestKeyMissing, RequestLocked
+from .errors import LockStoreDown, RequestKeyInvalid, RequestKeyMissing, RequestLocked
 from .extension import LockKit, LockKitState, lock_lost, state_of
 from .route import OnBusy, lock_blueprint, lock_route
 from .sources import SOURCES
@@ -30,6 +30,7 @@ __all__ = [
     "LockKitState",
     "LockStoreDown",
     "OnBusy",
+    "RequestKeyInvalid",
     "RequestKeyMissing",
     "RequestLocked",
     "RequestRule",

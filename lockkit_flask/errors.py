@@ -4,6 +4,7 @@ overrides an answer::
     lockkit_core.guard.RequestLocked     + Conflict            -> RequestLocked      409
     lockkit_core.guard.LockStoreDown     + ServiceUnavailable  -> LockStoreDown      503
     lockkit_core.guard.RequestKeyMissing + BadRequest          -> RequestKeyMissing  400
+    lockkit_core.guard.RequestKeyInvalid + BadRequest          -> RequestKeyInvalid  400
 
 The status, headers and RFC 9457 body are the core's; werkzeug only carries them.
 """
@@ -19,7 +20,7 @@ from lockkit_core import guard
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIEnvironment
 
-__all__ = ["LockStoreDown", "RequestKeyMissing", "RequestLocked"]
+__all__ = ["LockStoreDown", "RequestKeyInvalid", "RequestKeyMissing", "RequestLocked"]
 
 
 class _HTTPProblem(HTTPException):
@@ -54,4 +55,11 @@ class RequestKeyMissing(_HTTPProblem, guard.RequestKeyMissing, BadRequest):
     """The request lacks a value the route's lock key is built from: 400."""
 
 
-PROBLEMS = guard.Problems(busy=RequestLocked, down=LockStoreDown, missing=RequestKeyMissing)
+class RequestKeyInvalid(_HTTPProblem, guard.RequestKeyInvalid, BadRequest):
+    """The key the request's values make is too long (``LOCKKIT_MAX_KEY_BYTES``) or holds a
+    NUL: 400."""
+
+
+PROBLEMS = guard.Problems(
+    busy=RequestLocked, down=LockStoreDown, missing=RequestKeyMissing, invalid=RequestKeyInvalid
+)

@@ -13,6 +13,10 @@ A bare field names a view argument (``{event_id}``); the other roots are sources
 ``g.name``         an attribute of ``flask.g``                   500, a bug in the app
 =================  ============================================  ============================
 
+Credentials (``{session}`` itself, ``{session.sid}``, and any item named like one:
+``Authorization``, ``Cookie``, ``X-Api-Key``, ``password``, ...) are rendered as a keyed hash
+under ``SECRET_KEY``, never as sent (:mod:`lockkit_core.guard.credentials`).
+
 ``args`` and ``current_user`` are the former names of ``query`` and ``user`` (deprecated).
 View arguments are checked against the view's signature when the route is decorated, so a
 typo fails at import time. A callable key takes no arguments and reads ``request`` itself.
@@ -29,17 +33,12 @@ from typing import Any, Final
 from flask import g, request, session
 
 from lockkit_core import ConfigError
-from lockkit_core.guard import RequestKey, Source, UserValue
+from lockkit_core.guard import WEB_SOURCES, RequestKey, Source, UserValue
 
 __all__ = ["ALL_SOURCES", "DEPRECATED_SOURCES", "SOURCES", "Values", "check_template"]
 
 SOURCES: Final = {
-    "query": Source("the query string", "the query parameter"),
-    "form": Source("the form", "the form field"),
-    "json": Source("the JSON body", "the JSON body member"),
-    "headers": Source("the headers", "the header"),
-    "user": Source("the signed-in user", "the signed-in user's"),
-    "session": Source("the session", "the session value"),
+    **WEB_SOURCES,
     "g": Source("flask.g", hint="set it before the view runs (e.g. in a before_request hook)"),
 }
 #: Former names, still read (with a DeprecationWarning where a template uses them).

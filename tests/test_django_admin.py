@@ -88,6 +88,18 @@ def test_viewers_see_the_page_on_the_index_but_cannot_release(store: LockKit) ->
         assert store.admin.info("job:1") is not None
 
 
+def test_releasers_without_view_lock_are_refused(store: LockKit) -> None:
+    # The confirmation page shows the lock's owner hint, token and holder: what view_lock
+    # guards. Releasing also needs it, and the list offers no release to such a user.
+    client = client_for(make_user("releaser", "release_lock"))
+    with store.lock("job:1"):
+        confirm = client.get(RELEASE, {"key": "job:1"})
+        assert confirm.status_code == 403
+        assert b"job:1" not in confirm.content
+        assert client.post(RELEASE, {"key": "job:1"}).status_code == 403
+        assert store.admin.info("job:1") is not None
+
+
 def test_the_list_shows_each_lock_and_filters_by_prefix(store: LockKit, operator: Client) -> None:
     assert "No locks held" in operator.get(LIST).content.decode()
     with store.lock("order:1") as one, store.lock("order:2") as two, store.lock("report:x"):

@@ -32,6 +32,9 @@ from lockkit_django import PROBLEM_JSON, get_kit, idempotent
 pytestmark = pytest.mark.django_db(transaction=True)
 
 KEY = '"8e03978e-40d5-43e8-bc93-6894a57f9324"'
+# The caller as the view would authenticate it (token auth): a key is kept per caller, and a
+# request nothing identifies is not kept (tests/test_django_idempotency_principal.py).
+AUTH = "Token 6f1e0c2b9a8d"
 BODY = json.dumps({"amount": 1200})
 
 
@@ -61,8 +64,17 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, 
         yield lockkit
 
 
-def post(client: Client, path: str, body: str = BODY, key: str | None = KEY, **kw: Any) -> Any:
+def post(
+    client: Client,
+    path: str,
+    body: str = BODY,
+    key: str | None = KEY,
+    auth: str | None = AUTH,
+    **kw: Any,
+) -> Any:
     headers = {} if key is None else {"Idempotency-Key": key}
+    if auth is not None:
+        headers["Authorization"] = auth
     return client.post(path, body, content_type="application/json", headers=headers, **kw)
 
 
@@ -71,13 +83,13 @@ def runs(name: str) -> int:
 
 
 def same_response(first: Any, again: Any) -> None:
-    """Status, reason, every header, every cookie and the body bytes are the first's."""
+    """Status, reason, every header and the body bytes are the first's; no cookie is replayed."""
     assert again.status_code == first.status_code
     assert again.reason_phrase == first.reason_phrase
     assert again.content == first.content
     headers = {k: v for k, v in again.items() if k != "Idempotency-Replayed"}
     assert headers == dict(first.items())
-    assert again.cookies.output() == first.cookies.output()
+    assert not again.cookies and "Set-Cookie" not in again
     assert again["Idempotency-Replayed"] == "true"
     assert "Idempotency-Replayed" not in first
 
@@ -109,8 +121,9 @@ def test_the_same_key_with_another_payload_is_422(store: dict[str, Any]) -> None
     other_body = post(client, "/idem/charge/c/", body=json.dumps({"amount": 9999}))
     other_query = post(client, "/idem/charge/c/?currency=usd")
     other_type = client.post(
-        "/idem/charge/c/", BODY, content_type="text/plain", headers={"Idempotency-Key": KEY}
-    )
+        "/idem/charge/c/", BODY, content_type="text/plain",
+        headers={"Idempotency-Key": KEY, "Authorization": AUTH},
+    )  # fmt: skip
     for response in (other_body, other_query, other_type):
         assert response.status_code == 422
         assert response["Content-Type"] == PROBLEM_JSON
@@ -174,8 +187,8 @@ def test_two_users_with_the_same_key_do_not_collide(store: dict[str, Any]) -> No
     same_response(a, post(as_alice, "/idem/charge/h/"))
     # Another payload under bob's key is not a conflict with alice's.
     assert post(as_bob, "/idem/charge/h/", body="{}").status_code == 422
-    # A session-less caller is "anonymous"; anonymous callers with sessions are told apart.
-    anonymous = post(Client(), "/idem/charge/h/")
+    # A caller nothing identifies is not kept; anonymous callers with sessions are told apart.
+    anonymous = post(Client(), "/idem/charge/h/", auth=None)
     assert anonymous.json()["charge"] not in (a.json()["charge"], b.json()["charge"])
     assert runs("h") == 3
     carts = []
@@ -185,8 +198,8 @@ def test_two_users_with_the_same_key_do_not_collide(store: dict[str, Any]) -> No
         session["cart"] = "c1"
         session.save()
         client.cookies["sessionid"] = session.session_key
-        carts.append(post(client, "/idem/charge/h/"))
-        same_response(carts[-1], post(client, "/idem/charge/h/"))
+        carts.append(post(client, "/idem/charge/h/", auth=None))
+        same_response(carts[-1], post(client, "/idem/charge/h/", auth=None))
     assert carts[0].json()["charge"] != carts[1].json()["charge"]
     assert runs("h") == 5
 
@@ -195,9 +208,10 @@ def test_anonymous_callers_are_told_apart_by_scope(store: dict[str, Any]) -> Non
     scoped = {**store, "IDEMPOTENCY": {**store["IDEMPOTENCY"],
                                        "SCOPE": "djproject.idem_views.customer"}}  # fmt: skip
     with override_settings(LOCKKIT=scoped):
-        first = post(Client(), "/idem/charge/q/", HTTP_X_CUSTOMER="c1")
-        other = post(Client(), "/idem/charge/q/", HTTP_X_CUSTOMER="c2")
-        same_response(first, post(Client(), "/idem/charge/q/", HTTP_X_CUSTOMER="c1"))
+        first = post(Client(), "/idem/charge/q/", auth=None, HTTP_X_CUSTOMER="c1")
+        other = post(Client(), "/idem/charge/q/", auth=None, HTTP_X_CUSTOMER="c2")
+        again = post(Client(), "/idem/charge/q/", auth=None, HTTP_X_CUSTOMER="c1")
+        same_response(first, again)
     assert "Idempotency-Replayed" not in other
     assert runs("q") == 2
 
@@ -209,7 +223,8 @@ def test_a_multipart_upload_is_fingerprinted_by_its_fields_and_files(
 
     def upload(content: bytes) -> Any:
         data = {"note": "march", "receipt": SimpleUploadedFile("r.pdf", content)}
-        return Client().post("/idem/upload/r/", data, headers={"Idempotency-Key": KEY})
+        headers = {"Idempotency-Key": KEY, "Authorization": AUTH}
+        return Client().post("/idem/upload/r/", data, headers=headers)
 
     first = upload(b"%PDF-1.7 " * 1000)
     assert first.json()["size"] == 9000  # the view read the whole file after the digest
@@ -224,18 +239,18 @@ def test_a_key_is_scoped_by_route_and_method(store: dict[str, Any]) -> None:
     other_route = post(client, "/idem/declined/i/")
     assert "Idempotency-Replayed" not in other_route
     assert one.json()["charge"] != other_route.json()["charge"]
-    put = client.put("/idem/cbv/i/", BODY, content_type="application/json",
-                     headers={"Idempotency-Key": KEY})  # fmt: skip
+    headers = {"Idempotency-Key": KEY, "Authorization": AUTH}
+    put = client.put("/idem/cbv/i/", BODY, content_type="application/json", headers=headers)
     assert put.status_code == 201 and "Idempotency-Replayed" not in put
-    same_response(put, client.put("/idem/cbv/i/", BODY, content_type="application/json",
-                                  headers={"Idempotency-Key": KEY}))  # fmt: skip
+    again = client.put("/idem/cbv/i/", BODY, content_type="application/json", headers=headers)
+    same_response(put, again)
     assert runs("i") == 3
 
 
 def test_async_views_replay_too(store: dict[str, Any]) -> None:
     async def twice() -> tuple[Any, Any]:
         client = AsyncClient()
-        headers = {"Idempotency-Key": KEY}
+        headers = {"Idempotency-Key": KEY, "Authorization": AUTH}
         first = await client.post("/idem/async/j/", BODY, "application/json", headers=headers)
         again = await client.post("/idem/async/j/", BODY, "application/json", headers=headers)
         return first, again
@@ -269,9 +284,10 @@ def test_a_running_first_request_makes_a_retry_409(store: dict[str, Any]) -> Non
     from lockkit_django.idempotency.header import scope_of
     from lockkit_django.idempotency.settings import IdempotencySettings
 
-    request = RequestFactory().post("/idem/charge/l/")
+    request = RequestFactory().post("/idem/charge/l/", HTTP_AUTHORIZATION=AUTH)
     request.resolver_match = resolve("/idem/charge/l/")
     scope = scope_of(request, KEY.strip('"'), IdempotencySettings())
+    assert scope is not None
     with get_kit().lock(f"idempotency:{scope}", reentrant=False):
         busy = post(client, "/idem/charge/l/")
     assert busy.status_code == 409

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import uuid
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from lockkit_core import BackendUnavailable, ConfigError, LockKit
 from lockkit_core.backends.base import Capability, Grade, owner_id
 from lockkit_core.backends.etcd import EtcdBackend
+from lockkit_core.errors import InsecureTransportWarning
 from lockkit_core.registry import create_backend
 from lockkit_core.testing.etcd import EtcdServer, etcd_request
 
@@ -87,6 +90,7 @@ def test_tokens_are_create_revisions_rising_across_kits(
     assert tokens == sorted(set(tokens))
 
 
+@pytest.mark.filterwarnings("ignore::lockkit_core.errors.InsecureTransportWarning")
 def test_user_and_password_from_the_url() -> None:
     with EtcdServer() as server:
         port = server.port()
@@ -102,6 +106,35 @@ def test_user_and_password_from_the_url() -> None:
             with LockKit(bad, namespace="auth") as kit, pytest.raises(BackendUnavailable) as caught:
                 kit.lock("k").acquire(blocking=False)
             assert "wrong" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "etcd://root:s3cret@127.0.0.1:2379",
+        "etcd://127.0.0.1:2379?username=root&password=s3cret",
+        "etcd://root:s3cret@127.0.0.1:2379?tls=0",
+    ],
+)
+def test_a_password_over_plain_http_is_warned_about_at_construction(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with (
+        caplog.at_level(logging.WARNING, logger="lockkit.etcd"),
+        pytest.warns(InsecureTransportWarning, match=r"plain HTTP.*\?tls=1") as caught,
+    ):
+        LockKit(url).close()
+    assert caught[0].filename == __file__, "the warning should name the line that built the kit"
+    assert "s3cret" not in str(caught[0].message)
+    logged = [r.getMessage() for r in caplog.records if r.name == "lockkit.etcd"]
+    assert any("plain HTTP" in text for text in logged), logged
+
+
+def test_no_clear_text_warning_over_tls_or_without_a_password() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InsecureTransportWarning)
+        LockKit("etcd://root:s3cret@127.0.0.1:2379?tls=1").close()
+        LockKit("etcd://127.0.0.1:2379").close()
 
 
 @pytest.mark.parametrize(

@@ -123,7 +123,10 @@ class Waiter(ABC):
     2. ``wait(timeout)`` returns within ``timeout`` seconds: ``None`` when the key may have
        become free (the caller then tries again), or a :class:`Grant` when a store that queues
        waiters handed the lock straight to this one; ``since`` is then a time before the
-       hand-over happened, from which the lease is counted.
+       hand-over happened, from which the lease is counted. That grant and its token come
+       from the store's own answer, never from a notice alone: whoever may write to the
+       notice's channel could forge one. A busy :class:`Grant` (the store's answer to an
+       attempt made while waiting) has the caller wait again, without an attempt of its own.
     3. ``close(acquired, reachable=...)`` is called exactly once, whatever happened. A lock
        handed to a waiter that gave up (``acquired=False``) must be passed on, not kept. With
        ``reachable=False`` the store has just failed: make no round trip (the caller must not

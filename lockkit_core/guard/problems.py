@@ -5,6 +5,7 @@
     LockUnavailable    -> RequestLocked       409, Retry-After: another request holds the key
     BackendUnavailable -> LockStoreDown       503, Retry-After: the store cannot be reached
     LockKitError       -> RequestKeyMissing   400: the request lacks a value of the key
+    LockKitError       -> RequestKeyInvalid   400: the key it makes is too long, or holds NUL
 
 Each carries its answer (``status``, :meth:`Problem.headers`, :meth:`Problem.body`), so an
 adapter only copies it into its framework's response. Flask's classes also subclass werkzeug's
@@ -18,7 +19,14 @@ from typing import Any, ClassVar, Final
 
 from ..errors import BackendUnavailable, LockKitError, LockUnavailable
 
-__all__ = ["PROBLEM_JSON", "LockStoreDown", "Problem", "RequestKeyMissing", "RequestLocked"]
+__all__ = [
+    "PROBLEM_JSON",
+    "LockStoreDown",
+    "Problem",
+    "RequestKeyInvalid",
+    "RequestKeyMissing",
+    "RequestLocked",
+]
 
 PROBLEM_JSON: Final = "application/problem+json"
 
@@ -95,3 +103,14 @@ class RequestKeyMissing(Problem, LockKitError):
         super().__init__(self.detail)
         self.route = route
         self.field = field
+
+
+class RequestKeyInvalid(Problem, LockKitError):
+    """The lock key built from the request's values is unusable (too long, or holding a NUL):
+    a 400. The detail never repeats the key: it may be a megabyte long."""
+
+    def __init__(self, route: str, reason: str) -> None:
+        self.detail = f"{route} locks on a key built from this request, and that key {reason}"
+        super().__init__(self.detail)
+        self.route = route
+        self.reason = reason

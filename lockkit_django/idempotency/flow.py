@@ -3,6 +3,7 @@
 ::
 
     begin():  no key (and not required)        -> run the view, keep nothing
+              no principal (user, session, SCOPE, Authorization) -> run it, keep nothing
               malformed / missing and required  -> 400
               kept response, same fingerprint   -> replay it (Idempotency-Replayed: true)
               kept response, other fingerprint  -> 422
@@ -99,7 +100,18 @@ def begin(
     if key is None:
         return None
     setattr(request, _HANDLED, True)
-    return _claim(request, scope_of(request, key, options), options, state)
+    scope = scope_of(request, key, options)
+    if scope is None:
+        # Any caller could send this key: replaying would hand one caller's response to
+        # another, so nothing is kept for a caller nothing identifies.
+        state.count("idempotency_unscoped")
+        log.info(
+            "%s %s: Idempotency-Key not honoured: no signed-in user, session, Authorization "
+            "header or SCOPE tells this caller from another (see lockkit.W006)",
+            request.method, request.path,
+        )  # fmt: skip
+        return None
+    return _claim(request, scope, options, state)
 
 
 def _lookup(

@@ -6,7 +6,11 @@ Parameters after the string (``"k";a=1``) are ignored, as RFC 8941 says unknown 
 
 A key is scoped by principal, method and route: the same key sent by two users, or to two
 routes, names two different records. The principal is the signed-in user, else the session,
-else ``SCOPE(request)``, else ``anonymous``.
+else ``SCOPE(request)``; a keyed hash of the ``Authorization`` header is folded into it, so
+APIs that authenticate inside the view (token auth, JWT) tell their callers apart. A request
+with none of these has no principal: its key is neither kept nor replayed (any caller could
+send it). Session keys and ``Authorization`` are hashed with ``SECRET_KEY``
+(:func:`lockkit_core.guard.credential_digest`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from django.http import HttpRequest
 from django.http.request import RawPostDataException
 from django.urls import Resolver404, resolve
 
+from lockkit_core.guard import credential_digest
+
+from ..conf import secret_key
 from ..problems import IdempotencyKeyInvalid
 from .settings import IdempotencySettings
 
@@ -84,19 +91,24 @@ def parse_key(request: HttpRequest, options: IdempotencySettings) -> str | None:
     return key
 
 
-def principal(request: HttpRequest, options: IdempotencySettings) -> str:
-    """Who sent the request: ``user:<pk>``, ``session:<key>``, ``scope:<SCOPE>``, ``anonymous``."""
+def principal(request: HttpRequest, options: IdempotencySettings) -> str | None:
+    """Who sent the request: ``user:<pk>``, ``session:<hash>`` or ``scope:<SCOPE>``, with
+    ``authorization:<hash>`` folded in; None if nothing tells this caller from another."""
+    parts = []
     user = getattr(request, "user", None)
-    if user is not None and getattr(user, "is_authenticated", False):
-        return f"user:{user.pk}"
     session = getattr(request, "session", None)
-    if session is not None and session.session_key:
-        return f"session:{session.session_key}"
-    if options.scope is not None:
+    if user is not None and getattr(user, "is_authenticated", False):
+        parts.append(f"user:{user.pk}")
+    elif session is not None and session.session_key:
+        parts.append(f"session:{credential_digest(session.session_key, secret_key)}")
+    elif options.scope is not None:
         scope = options.scope(request)
         if scope:
-            return f"scope:{scope}"
-    return "anonymous"
+            parts.append(f"scope:{scope}")
+    authorization = request.headers.get("Authorization")
+    if authorization:
+        parts.append(f"authorization:{credential_digest(authorization, secret_key)}")
+    return "|".join(parts) or None
 
 
 def _route(request: HttpRequest) -> str:
@@ -109,9 +121,13 @@ def _route(request: HttpRequest) -> str:
     return f"route:{match.route}|{match.view_name}"
 
 
-def scope_of(request: HttpRequest, key: str, options: IdempotencySettings) -> str:
-    """The digest naming this key's record and lock: principal + method + route + key."""
-    parts = (principal(request, options), request.method or "", _route(request), key)
+def scope_of(request: HttpRequest, key: str, options: IdempotencySettings) -> str | None:
+    """The digest naming this key's record and lock: principal + method + route + key; None
+    if the request has no principal."""
+    who = principal(request, options)
+    if who is None:
+        return None
+    parts = (who, request.method or "", _route(request), key)
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
 

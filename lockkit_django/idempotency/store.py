@@ -1,5 +1,6 @@
 """Kept responses: one Django cache entry per scoped key, holding the first response's status,
-reason, headers, cookies and body bytes, and the fingerprint of the request that made it.
+reason, headers and body bytes, and the fingerprint of the request that made it. Cookies
+(``Set-Cookie``) are never kept: a replay must not hand out a session, whoever asks.
 
 The cache entry is written before the key's lock is released, so a retry that finds the lock
 free finds the response too (it reads the cache again once it holds the lock).
@@ -8,7 +9,6 @@ free finds the response too (it reads the cache again once it holds the lock).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from http.cookies import SimpleCookie
 from typing import Final
 
 from django.core.cache import caches
@@ -18,6 +18,7 @@ __all__ = ["REPLAYED_HEADER", "KeptResponse", "keep", "kept", "record_key"]
 
 REPLAYED_HEADER: Final = "Idempotency-Replayed"
 _PREFIX: Final = "lockkit:idempotency:"
+_NOT_KEPT: Final = frozenset({"set-cookie", "set-cookie2"})
 
 
 @dataclass(frozen=True)
@@ -28,33 +29,28 @@ class KeptResponse:
     status: int
     reason: str
     headers: tuple[tuple[str, str], ...]
-    cookies: str
     body: bytes
 
     @classmethod
     def of(cls, fingerprint: str, response: HttpResponse) -> KeptResponse:
-        """Capture a (non-streaming) response."""
+        """Capture a (non-streaming) response, without its cookies."""
+        headers = tuple((k, v) for k, v in response.items() if k.lower() not in _NOT_KEPT)
         return cls(
             fingerprint=fingerprint,
             status=response.status_code,
             reason=response.reason_phrase,
-            headers=tuple(response.items()),
-            cookies=response.cookies.output(header="", sep="\n"),
+            headers=headers,
             body=response.content,
         )
 
     def replay(self) -> HttpResponse:
-        """A new response with the same status, reason, headers, cookies and body bytes, plus
-        ``Idempotency-Replayed: true``."""
+        """A new response with the same status, reason, headers and body bytes (no cookies),
+        plus ``Idempotency-Replayed: true``."""
         response = HttpResponse(self.body, status=self.status, reason=self.reason)
         for name in list(response.headers):
             del response.headers[name]
         for name, value in self.headers:
             response.headers[name] = value
-        if self.cookies:
-            response.cookies = SimpleCookie()
-            for line in self.cookies.splitlines():
-                response.cookies.load(line.strip())
         response.headers[REPLAYED_HEADER] = "true"
         return response
 

@@ -3,7 +3,7 @@
 from django.contrib import admin
 from django.urls import path
 
-from . import async_views, idem_views, views
+from . import async_views, idem_views, safety_views, views
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -15,7 +15,10 @@ urlpatterns = [
     path("boom/<str:name>/", views.boom),
     path("stream/<str:name>/", views.stream),
     path("atomic/<str:name>/", views.atomic_write),
+    path("rollback/<str:name>/", views.rolled_back),
     path("sources/", views.sources),
+    path("maybe/<str:name>/", views.maybe_locked),
+    path("async-user/", views.async_user),
     path("by-function/", views.by_function),
     path("async/<str:name>/", views.async_view),
     path("cbv/<str:name>/", views.DecoratedView.as_view()),
@@ -40,6 +43,9 @@ urlpatterns = [
     path("idem/runs/<str:name>/", idem_views.runs),
     path("idem/atomic/<str:name>/", idem_views.atomic_charge),
     path("idem/upload/<str:name>/", idem_views.upload),
+    path("safe/cart/", safety_views.cart),
+    path("safe/search/", safety_views.search),
+    path("safe/export/<str:name>/", safety_views.export),
     path("aping", async_views.ping),
     path("aoverlap/unlocked/<str:name>/", async_views.unlocked),
     path("aoverlap/locked/<str:name>/", async_views.locked),

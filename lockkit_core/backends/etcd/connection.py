@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import ssl
+import sys
+import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from ...errors import ConfigError
+from ...errors import ConfigError, InsecureTransportWarning
 from ...url import LockURL
 from .client import Endpoint, GatewayClient
 
 __all__ = ["DEFAULT_PORT", "gateway_client", "parse_endpoints"]
 
 DEFAULT_PORT = 2379
+
+log = logging.getLogger("lockkit.etcd")
+
+_PACKAGE = str(Path(__file__).resolve().parents[2]) + os.sep  # lockkit_core/
 
 
 def parse_endpoints(url: LockURL) -> list[Endpoint]:
@@ -67,12 +76,38 @@ def gateway_client(url: LockURL, options: Mapping[str, Any]) -> GatewayClient:
             f"a password without a username for {url.redacted()}: etcd logs in as a user; "
             "add it as etcd://USER:PASSWORD@host:2379 or ?username=USER"
         )
+    tls = _tls_context(url, options)
+    if password is not None and tls is None:
+        _warn_clear_password(endpoints)
     return GatewayClient(
         endpoints,
         timeout=timeout,
         connect_timeout=connect,
-        tls=_tls_context(url, options),
+        tls=tls,
         username=username,
         password=password,
         describe=url.redacted(),
     )
+
+
+def _warn_clear_password(endpoints: list[Endpoint]) -> None:
+    """etcd's gateway takes the password in a JSON body (``auth/authenticate``): over plain
+    HTTP anyone on the path reads it, and the token it returns. Said on the logger and as a
+    :class:`InsecureTransportWarning` pointing at the caller's line."""
+    members = ",".join(f"{host}:{port}" for host, port in endpoints)
+    message = (
+        f"the etcd password is sent to {members} over plain HTTP, readable by anyone on the "
+        "network path; add ?tls=1 (and ca_file=PATH for a private CA) to send it over TLS"
+    )
+    log.warning("%s", message)
+    warnings.warn(message, InsecureTransportWarning, stacklevel=_outside_lockkit())
+
+
+def _outside_lockkit() -> int:
+    """The ``stacklevel`` of the nearest caller outside lockkit_core (for warnings.warn
+    called by our caller): a warning names the line that built the kit, not ours."""
+    level, frame = 2, sys._getframe(2)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+        level += 1
+    return level

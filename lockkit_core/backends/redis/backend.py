@@ -159,6 +159,11 @@ class RedisBackend(Backend):
                     raise BackendUnavailable(
                         f"redis at {self.describe()} refused our credentials: {text}"
                     ) from exc
+                if _is_transient(errors, exc):
+                    raise BackendUnavailable(
+                        f"redis at {self.describe()} cannot {what} now (a replica, loading, "
+                        f"or its cluster is failing over): {text}"
+                    ) from exc
                 raise BackendError(f"redis at {self.describe()} failed to {what}: {text}") from exc
             except errors.RedisError as exc:
                 raise BackendError(f"redis at {self.describe()} failed to {what}: {exc}") from exc
@@ -201,6 +206,7 @@ class RedisBackend(Backend):
         pttl = int(reply[1])
         wait_ms = int(reply[2]) if len(reply) > 2 else pttl
         if waiter is not None:
+            waiter.ttl = ttl
             if waiter.queued_at is None:
                 waiter.queued_at = sent
             # as lua/lock.lua keeps the entry: the lease we are told of, two of ours, 2 s
@@ -409,3 +415,16 @@ class RedisBackend(Backend):
 
 def _glob_escape(text: str) -> str:
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+#: Answers of a server that cannot take writes for now (a failover demoted it, it is loading
+#: its data, its primary or cluster is down): unavailable, like a dropped connection. redis-py
+#: strips the code from the message of the classes it knows, so both are checked.
+_TRANSIENT_CODES = ("READONLY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
+_TRANSIENT_CLASSES = ("ReadOnlyError", "BusyLoadingError", "MasterDownError", "TryAgainError",
+                      "ClusterDownError")  # fmt: skip
+
+
+def _is_transient(errors: Any, exc: Exception) -> bool:
+    classes = tuple(getattr(errors, name) for name in _TRANSIENT_CLASSES if hasattr(errors, name))
+    return isinstance(exc, classes) or str(exc).startswith(_TRANSIENT_CODES)

@@ -24,6 +24,9 @@ QUIET = 0.5
 #: ... and a connection that has not answered within this long is dead, whatever TCP says:
 #: a half-open link (a dropped NAT entry, a paused proxy) never reports an error.
 ANSWER_WITHIN = 0.5
+#: the longest a notice may tell a waiter to wait before it asks the store again (the store
+#: says PAUSE_MS, 2 ms, in lua/lock.lua): a forged one cannot put it to sleep for longer
+MAX_PAUSE = 0.01
 
 
 class _Silent(Exception):
@@ -32,7 +35,9 @@ class _Silent(Exception):
 
 class Listener:
     """One pub/sub connection per backend, subscribed to a channel of its own on which the
-    store tells this process that a lock was handed to one of its waiters.
+    store tells this process that a lock was handed to one of its waiters. A notice is a
+    wake-up, never proof: anyone who may publish can send one, so the waiter takes its grant
+    and its fencing token from the store (:meth:`RedisWaiter.wait`).
 
     It runs only while someone waits (it stops after ``idle`` seconds without waiters). It
     checks its connection whenever the server has been quiet for ``QUIET`` seconds, so a link
@@ -83,18 +88,33 @@ class Listener:
                 waiter.event.set()
 
     def _handed(self, payload: str) -> None:
-        """``<owner id>|<token>``: the lock was handed to that waiter of ours;
-        ``<owner id>|@<ms>``: it was freed past that waiter, which asks again in ``ms``."""
-        owner, _, token = payload.partition("|")
+        """A notice for one of our waiters. Whoever may PUBLISH can send one (the waiter's id
+        and our channel are readable in its queue entry), so it only wakes the waiter:
+
+        * ``<owner id>|<token>``: the lock may have been handed to it. It asks the store,
+          which answers with its lease and token if so; the token here is never used.
+        * ``<owner id>|@<ms>``: the lock was freed past it; it asks again in ``ms``, at most
+          :data:`MAX_PAUSE` from now (the store sends a few ms), and never later than it
+          meant to already.
+
+        Anything else is dropped (and never raises: this runs on the listener's thread)."""
+        owner, _, word = payload.partition("|")
+        ask = word.startswith("@")
+        number = word[1:] if ask else word
+        if not (0 < len(number) <= 20 and number.isascii() and number.isdigit()):
+            return
         with self._lock:
             waiter = self._waiters.get(owner)
-            if waiter is not None and token.isdigit():
-                waiter.handed = int(token)
-                waiter.event.set()
+            if waiter is None:
                 return
-            if waiter is not None and token[1:].isdigit():
-                waiter.ask_at = time.monotonic() + int(token[1:]) / 1000.0
-                waiter.event.set()
+            if ask:
+                # sooner, never later than it meant to ask: a notice cannot put it off
+                at = time.monotonic() + min(int(number) / 1000.0, MAX_PAUSE)
+                if waiter.ask_at is None or at < waiter.ask_at:
+                    waiter.ask_at = at
+            else:
+                waiter.handed = True
+            waiter.event.set()
 
     def _idle_now(self) -> bool:
         with self._lock:

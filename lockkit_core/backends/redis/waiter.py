@@ -1,4 +1,5 @@
-"""A blocking caller queued on one key, woken by the notice that hands it the lock."""
+"""A blocking caller queued on one key, woken by the notice that hands it the lock, which it
+then confirms with the store."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ __all__ = ["RedisWaiter"]
 
 
 class RedisWaiter(Waiter):
-    """Queued for one key: woken by the notice that hands it the lock, or that frees it."""
+    """Queued for one key: woken by the notice that hands it the lock, or that frees it; a
+    notice is never taken as the grant itself (see :meth:`_confirm`)."""
 
     def __init__(self, backend: RedisBackend, key: str, owner: str, fair: bool) -> None:
         self._backend = backend
@@ -30,7 +32,10 @@ class RedisWaiter(Waiter):
         self.ask_at: float | None = None
         self.id = owner_id(owner)  # what the server and the notices know it by
         self.event = threading.Event()
-        self.handed: int | None = None
+        #: a notice said the lock was handed to us: ask the store (never taken as a grant)
+        self.handed = False
+        #: the ttl of our attempts, which a confirming attempt asks for again
+        self.ttl: float | None = None
         self.queued_at: float | None = None  # send time of the first attempt that queued us
         self.entry_until = 0.0  # (monotonic) when our queue entry expires on the server
         self._backoff = 0.002
@@ -51,16 +56,30 @@ class RedisWaiter(Waiter):
             now = time.monotonic()
             # told when to ask again ('<id>|@<ms>', or a busy answer's): no sooner, no later
             ask_at = self.ask_at
-            if self.handed is None and ask_at is not None and ask_at <= now:
+            if not self.handed and ask_at is not None and ask_at <= now:
                 self.ask_at = None
                 return None
             self.event.wait(max(0.0, min(until, ask_at or until) - now))
             self.event.clear()
-            token, self.handed = self.handed, None
-            if token is not None and self.queued_at is not None:
-                return Grant(True, self._backend.saw_token(token), since=self.queued_at)
+            if self.handed:
+                self.handed = False
+                return self._confirm()
             if self.ask_at is None or self.ask_at == ask_at or time.monotonic() >= until:
                 return None  # woken to ask, or our time is up
+
+    def _confirm(self) -> Grant | None:
+        """A notice says the lock was handed to us. Anyone who may publish can say so, so
+        the store decides, in the attempt the caller would make next anyway: it renews and
+        returns our lease and its token when the lock is ours, and otherwise keeps our place
+        and says how long to wait. Its answer is returned even past the caller's timeout:
+        a lease handed to us is kept while valid, never left to run out."""
+        if self.ttl is None:
+            return None  # not queued yet: the caller's next attempt asks the store anyway
+        sent = time.monotonic()
+        grant = self._backend.try_acquire(self.key, self.owner, self.ttl)
+        if grant.acquired:
+            return Grant(True, grant.token, since=sent)
+        return grant
 
     def close(self, acquired: bool, *, reachable: bool = True) -> None:
         self._backend._queued.pop((self.key, self.owner), None)

@@ -8,7 +8,11 @@ each new hold to the store (``Backend.track``) and to the watchdog.
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
+import warnings
+import weakref
 from typing import TYPE_CHECKING
 
 from .backends.base import Backend
@@ -19,6 +23,8 @@ if TYPE_CHECKING:
     from .lock import Lock
 
 __all__ = ["Holds"]
+
+log = logging.getLogger("lockkit")
 
 
 class Holds:
@@ -48,7 +54,38 @@ class Holds:
                 self._by_key[hold.full_key] = hold
         self.backend.track(hold)
         watch(hold)
+        self.tie(hold, lock)
         return hold
+
+    def tie(self, hold: Hold, lock: Lock) -> None:
+        """A hold without a lease is never watched (nothing to renew) and never runs out:
+        once every handle on it is dropped, free the key then, with the watchdog's
+        ResourceWarning, rather than hold it for the life of the process."""
+        if hold.ttl is None:
+            weakref.finalize(lock, self._dropped, hold)
+
+    def _dropped(self, hold: Hold) -> None:
+        if not hold.active or hold.pid != os.getpid():
+            return
+        why = hold.leak()
+        if why is None or not why.startswith("every handle"):
+            return  # another handle re-entered it and may still release it
+        with self.mutex:
+            if not hold.active:
+                return
+            hold.active = False
+            self.drop(hold)
+        warnings.warn(
+            f"lockkit: lock {hold.key!r} ({hold.full_key}) leaked: {why}. It has no lease, "
+            "so it is released now. Release what you acquire, e.g. with "
+            "'with kit.lock(...):'",
+            ResourceWarning,
+            stacklevel=2,
+        )
+        try:
+            self.backend.release(hold.full_key, hold.owner)
+        except Exception as exc:  # a finalizer must not raise (the kit may be closed)
+            log.error("lock %s leaked and could not be released: %s", hold.full_key, exc)
 
     def drop(self, hold: Hold) -> None:
         """Unlist ``hold`` if it is still the one listed for its key; call with :attr:`mutex`
