@@ -23,15 +23,18 @@ What ``AsyncResult(dup_id).get()`` gives for a duplicate skipped here (``"skip"`
   told or its result is not stored any more (``result_expires``, ``ignore_result``);
 * while the original is still queued or running, the duplicate waits: it is re-published
   with a countdown carrying the original's id, and looks again; if the original is lost
-  (neither running, nor holding the key, nor with a result), the duplicate runs itself.
+  (neither running, nor holding the key, nor recorded finished, nor with a result), the
+  duplicate runs itself.
 
 With no result backend (or ``ignore_result``) nobody can wait on a result, and a skipped
 duplicate is dropped (``Ignore``).
 
-On success the ``once`` markers and the finished record are written before the result is
-stored; when the task ends (``after_return``, after its result is stored) ``<key>`` and
-the ``run`` record are released. On retry ``<key>`` is handed off for the retried message
-(whose headers carry the owner token) and the ``run`` record is released.
+On success the finished record is written before the result is stored, and ``<key>`` and the
+``run`` record are released in that same store operation; with ``once``, the ``once`` markers
+and the finished record are written then, and ``<key>`` and ``run`` are released when the task
+ends (``after_return``, after its result is stored), as after a failure. On retry ``<key>``
+is handed off for the retried message (whose headers carry the owner token) and the ``run``
+record is released.
 """
 
 from __future__ import annotations
@@ -45,7 +48,6 @@ from celery.backends.base import DisabledBackend
 from celery.exceptions import Ignore, Retry
 
 from lockkit_core.dedupe import Duplicate, RunGuard, TaskOptions, TaskRecords, start_run
-from lockkit_core.dedupe.records import run_key
 
 from .enqueue import HEADER, delay_of
 from .signals import report_duplicate
@@ -123,7 +125,7 @@ def _mirror_again(
     """A deferred duplicate looks at its original again: (True, its result) once it has
     one, (False, None) if the original is lost and this copy should run itself."""
     dup = Duplicate(task.name, key, "busy", original, request.id)
-    if records.lease(run_key(original)) is None and records.lease(key) is None:
+    if records.lost(original, key):
         state = task.AsyncResult(original).state
         if state not in states.READY_STATES:
             log.warning("task %s: original %s of duplicate %s is lost; running it",

@@ -141,14 +141,17 @@ class Hold:
         """Free the key on the store; LockLost if the lease was already gone, reported to
         ``on_lost`` too unless the watchdog reported it first."""
         was_lost = self.is_lost()
-        self._released(was_lost, self.backend.release(self.full_key, self.owner))
+        self.settle(self.backend.release(self.full_key, self.owner), was_lost=was_lost)
 
     async def arelease(self) -> None:
         """:meth:`release` on the event loop."""
         was_lost = self.is_lost()
-        self._released(was_lost, await self.backend.aio().release(self.full_key, self.owner))
+        self.settle(await self.backend.aio().release(self.full_key, self.owner), was_lost=was_lost)
 
-    def _released(self, was_lost: bool, released: bool) -> None:
+    def settle(self, released: bool, *, was_lost: bool) -> None:
+        """Account for a release the store answered ``released`` (False: our owner token no
+        longer held the key); ``was_lost``: the lease was lost before it was sent. Raises
+        and reports as :meth:`release` (which sends it itself; a batch sends several)."""
         if was_lost or not released:
             self._report_lost(
                 "its lease ran out before release"

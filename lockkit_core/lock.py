@@ -212,6 +212,49 @@ class Lock(Handle):
             raise dead_on_arrival_error(self.key, self.ttl, now - sent, 1)
         return self.kit.holds.start(self, owner, grant.token, valid_until, task)
 
+    def hold_granted(self, grant: Grant, sent: float) -> None:
+        """Hold, through this handle made with ``owner=``, the lease a batched store operation
+        sent at ``sent`` (monotonic) granted that owner (``Backend.begin_run``): renewed,
+        checked and released from now on as after :meth:`acquire`, with no round trip more."""
+        owner = self._given_owner
+        if owner is None or not grant.acquired or self._here() is not None:
+            raise LockNotOwned(
+                self.key, f"cannot hold {self.key!r}: no grant to this handle's owner= token"
+            )
+        valid_until = sent + lease.validity(self.ttl)
+        now = time.monotonic()
+        if self.ttl is not None and now >= valid_until:
+            raise dead_on_arrival_error(self.key, self.ttl, now - sent, 1)
+        hold = self.kit.holds.start(self, owner, grant.token, valid_until)
+        if self.reentrant:
+            self._local.use = [hold, 1]
+        else:
+            self._hold = hold
+        self._last = hold
+
+    def detach(self) -> tuple[Hold, bool]:
+        """Stop holding the lock here, without a round trip, for an operation that frees
+        several keys in one store call (``Backend.end_run``); returns the hold and whether
+        its lease was already lost. Pass the store's answer to ``hold.settle()``, which
+        reports a loss as :meth:`release` does. Raises :class:`LockNotOwned` if this handle
+        does not hold the lock, or holds it re-entered."""
+        hold = self._here()
+        if hold is None or hold.count != 1 or hold.pid != os.getpid():
+            raise LockNotOwned(self.key, f"cannot detach {self.key!r}: not held once here")
+        was_lost = hold.is_lost()
+        with self.kit.holds.mutex:
+            if self.reentrant:
+                self._local.use = None
+            else:
+                self._hold = None
+            hold.count = 0
+            # Cleared before the store hears of it: see Hold.mark_lost.
+            hold.active = False
+            self.kit.holds.drop(hold)
+            if self._last is hold:
+                self._last = None
+        return hold, was_lost
+
     def release(self) -> None:
         """Release one level of reentrancy; the store is told when the outermost one ends.
 

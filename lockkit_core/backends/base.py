@@ -14,7 +14,7 @@ import math
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -266,6 +266,35 @@ class Backend(ABC):
         if not self.extend(key, owner, ttl):
             return Grant(False)
         return Grant(True, None)
+
+    # -- batches: several operations in one step (task deduplication's start and end) ----------
+
+    def begin_run(
+        self, run: str, run_owner: str, key: str, owner: str, ttl: float
+    ) -> tuple[Grant, Grant]:
+        """Take ``run`` for ``run_owner`` in one attempt (as :meth:`try_acquire`) and, only if
+        that succeeded, adopt the lease ``owner`` holds on ``key`` (as :meth:`adopt`), both
+        for ``ttl`` seconds. Returns both grants; the second is ``Grant(False)`` when ``run``
+        was not taken (``key`` untouched) or ``owner`` no longer holds ``key``.
+
+        The default makes the two calls in turn; a store that can do both in one atomic step
+        (redis://: one script) overrides it, saving a round trip per task."""
+        got = self.try_acquire(run, run_owner, ttl)
+        if not got.acquired:
+            return got, Grant(False)
+        return got, self.adopt(key, owner, ttl)
+
+    def end_run(
+        self, releases: Sequence[tuple[str, str]], marker: tuple[str, str, float] | None = None
+    ) -> list[bool]:
+        """Put ``marker`` (``(key, owner, ttl)``, taken as :meth:`try_acquire` does) if given,
+        then release each ``(key, owner)`` in order. Returns, per release, whether ``owner``
+        still held the key (False: its lease was lost, and nothing was freed).
+
+        The default makes the calls in turn; redis:// does them in one atomic step."""
+        if marker is not None:
+            self.try_acquire(*marker)
+        return [self.release(key, owner) for key, owner in releases]
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
         """Register to be woken when ``key`` may be free. Register *before* the attempt that

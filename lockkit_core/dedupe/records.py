@@ -168,6 +168,11 @@ class TaskRecords:
         """Hold ``key`` for ``ttl`` seconds under an owner nobody keeps; False if held."""
         return self.take(key, new_owner_token(), ttl) is not False
 
+    def marker(self, key: str, ttl: float) -> tuple[str, str, float]:
+        """``(stored key, owner nobody keeps, ttl)``: :meth:`put_marker`'s operation, for a
+        batch (``Backend.end_run``)."""
+        return self._stored(key), new_owner_token(), ttl
+
     def finished(self, task_id: str) -> bool:
         """True if ``task_id`` ended within its ``remember`` window."""
         return self.lease(finished_key(task_id)) is not None
@@ -175,6 +180,17 @@ class TaskRecords:
     def mark_finished(self, task_id: str, remember: float) -> None:
         """Record that ``task_id`` ended, for ``remember`` seconds."""
         self.put_marker(finished_key(task_id), remember)
+
+    def lost(self, task_id: str, key: str) -> bool:
+        """True if the task ``task_id``, which held ``key``, neither runs, nor holds ``key``,
+        nor finished within its ``remember`` window: a duplicate waiting on it will never see
+        its result unless it runs itself. (A task that succeeded frees ``<key>`` and ``run``
+        with its finished record written, before its result is stored.)"""
+        return (
+            self.lease(run_key(task_id)) is None
+            and self.lease(key) is None
+            and not self.finished(task_id)
+        )
 
     def done(self, key: str) -> bool:
         """True if a success of ``key`` is within its ``once`` window."""

@@ -1,6 +1,10 @@
 """The worker's side of task deduplication: one copy of a task id at a time, one task per key.
 
-:func:`start_run` takes what a run needs, one store operation a step:
+:func:`start_run` takes what a run needs. On the happy path (the producer handed over its
+owner token) steps 1 and 2 are one store operation (``Backend.begin_run``: only the copy that
+takes the ``run`` record adopts ``<key>``), and the end of the run is one more
+(``Backend.end_run``: the finished record if not yet written, then ``<key>``, then ``run``);
+the local renewals stop without a round trip. Otherwise one store operation a step:
 
 1. take the ``run`` record, renewed while the task runs. A second copy of the same task id
    finds it held: ``"finished"`` if the ``finished`` record is there, else ``"running"``.
@@ -25,6 +29,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from .. import lease
 from ..errors import LockError, LockNotOwned
 from ..lock import Lock, new_owner_token
 from .answers import Duplicate
@@ -35,6 +40,7 @@ from .records import (
     derived_owner,
     derived_task_id,
     done_key,
+    finished_key,
     id_key,
     run_key,
 )
@@ -65,10 +71,19 @@ class RunGuard:
 
     def succeeded(self) -> None:
         """Write the success markers and the finished record; called before the result is
-        stored, so that whoever sees the result also sees them."""
-        if self.opts.once is not None:
-            self.records.put_marker(done_key(self.key, self.task_id), self.opts.once)
-            self.records.put_marker(done_key(self.key), self.opts.once)
+        stored, so that whoever sees the result also sees them.
+
+        Without ``once`` the run is over then: the finished record, ``<key>`` and ``run`` go
+        in one store operation (:meth:`ended` has nothing left to do). A late copy finds the
+        finished record; a deferred duplicate waiting on this task finds it too, so it does
+        not take the task for lost (:meth:`TaskRecords.lost`) before its result is stored.
+        With ``once``, ``<key>`` stays held until the result is stored: a call answered
+        "done" is told to read it."""
+        if self.opts.once is None:
+            self._release([*self._key_locks(), self.run], self._finished_marker())
+            return
+        self.records.put_marker(done_key(self.key, self.task_id), self.opts.once)
+        self.records.put_marker(done_key(self.key), self.opts.once)
         self._mark_finished()
 
     def _mark_finished(self) -> None:
@@ -78,6 +93,13 @@ class RunGuard:
                 self.records.mark_finished(self.task_id, self.opts.remember)
             except LockError as exc:  # the result stands; only a late copy is not dropped
                 log.warning("task %s could not be marked finished: %s", self.task_id, exc)
+
+    def _finished_marker(self) -> tuple[str, str, float] | None:
+        """The finished record for :meth:`ended`'s batch, unless it was written already."""
+        if self.finished:
+            return None
+        self.finished = True
+        return self.records.marker(finished_key(self.task_id), self.opts.remember)
 
     def retried(self, lease: float) -> None:
         """Hand ``<key>`` off for ``lease`` seconds to the retried copy (same task id, which
@@ -94,10 +116,9 @@ class RunGuard:
     def ended(self) -> None:
         """The task is over (whatever its outcome): record it finished, then free ``<key>``
         and, last, the ``run`` record (a late copy that gets it then finds the record)."""
-        try:
-            self._mark_finished()
-        finally:
-            self._release([*self._key_locks(), self.run])
+        # One store operation: the finished record (if succeeded() did not write it), then
+        # <key>, then the run record last (a late copy that gets it then finds the record).
+        self._release([*self._key_locks(), self.run], self._finished_marker())
 
     def give_back(self) -> None:
         """Free what :func:`start_run` took, without marking anything (the copy did not run)."""
@@ -108,13 +129,25 @@ class RunGuard:
         # either writes before the record is freed here, or finds the key freed.
         return [lock for lock in (self.key_lock, self.id_lock) if lock is not None]
 
-    def _release(self, locks: list[Lock]) -> None:
+    def _release(self, locks: list[Lock], marker: tuple[str, str, float] | None = None) -> None:
+        """Put ``marker`` and free ``locks`` in order, in one store operation; their
+        renewal stops here without another. A lease lost meanwhile is reported (logged,
+        ``on_lost``), never freed under another owner."""
         self.key_lock = self.id_lock = None
-        for lock in locks:
+        held = [lock.detach() for lock in locks if lock.owned()]
+        if not held and marker is None:
+            return  # succeeded() ended the run already
+        try:
+            answers = self.records.backend.end_run(
+                [(hold.full_key, hold.owner) for hold, _ in held], marker
+            )
+        except LockError as exc:  # an error on the way out is the one to report
+            log.warning("task %s (key %s): %s", self.task_id, self.key, exc)
+            return
+        for (hold, was_lost), released in zip(held, answers, strict=True):
             try:
-                if lock.owned():
-                    lock.release()
-            except LockError as exc:  # an error on the way out is the one to report
+                hold.settle(released, was_lost=was_lost)
+            except LockError as exc:
                 log.warning("task %s (key %s): %s", self.task_id, self.key, exc)
 
 
@@ -139,12 +172,33 @@ def start_run(
     kit = records.kit
     check_call_key(key)
     run = kit.lock(run_key(task_id), ttl=opts.ttl, auto_renew=True, reentrant=False)
-    if not try_lock(run, opts.wait):
+    batched, refused, adopted = False, False, None
+    if owner:
+        # Steps 1 and 2 in one store operation (Backend.begin_run): a copy that does not get
+        # the run record does not touch the key.
+        claim = kit.lock(
+            run.key, owner=new_owner_token(), ttl=opts.ttl, auto_renew=True, reentrant=False
+        )
+        handle = kit.lock(key, owner=owner, ttl=opts.ttl, auto_renew=True, reentrant=False)
+        sent = time.monotonic()
+        ran, kept = kit.backend.begin_run(
+            claim.full_key, claim.owner or "", handle.full_key, owner, lease.on_store(opts.ttl)
+        )
+        if ran.acquired:
+            batched, run = True, claim
+            run.hold_granted(ran, sent)
+            if kept.acquired:
+                handle.hold_granted(kept, sent)
+                adopted = handle
+        refused = not batched and opts.wait <= 0  # that was the one attempt
+    if not batched and (refused or not try_lock(run, opts.wait)):
         reason = "finished" if records.finished(task_id) else "running"
         return Duplicate(task_name, key, reason, task_id, task_id)
-    guard = RunGuard(records, key, task_id, opts, run)
+    guard = RunGuard(records, key, task_id, opts, run, key_lock=adopted)
     try:
-        busy = _take_key(guard, task_name, owner, derived)
+        if owner and not batched:  # the run record was waited for: adopt on its own
+            adopted = guard.key_lock = _adopt(records, key, owner, opts.ttl)
+        busy = _take_key(guard, task_name, owner, derived, adopted)
     except BaseException:
         guard.give_back()
         raise
@@ -163,11 +217,11 @@ def _adopt(records: TaskRecords, key: str, owner: str, ttl: float) -> Lock | Non
     return lock
 
 
-def _take_key(guard: RunGuard, name: str, owner: str | None, derived: bool) -> Duplicate | None:
+def _take_key(
+    guard: RunGuard, name: str, owner: str | None, derived: bool, adopted: Lock | None
+) -> Duplicate | None:
     records, key, task_id, opts = guard.records, guard.key, guard.task_id, guard.opts
-    adopted = None if not owner else _adopt(records, key, owner, opts.ttl)
     if adopted is not None and owner is not None:
-        guard.key_lock = adopted
         if derived_task_id(records.kit, key, adopted.token) != task_id:
             guard.id_lock = _hold_record(records, key, task_id, owner, opts.ttl)
         return None

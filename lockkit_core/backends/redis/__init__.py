@@ -3,7 +3,10 @@ redis-py.
 
 Every operation is one round trip: one Lua script (``lua/lock.lua``, loaded once, run by
 EVALSHA with the operation's name as its first argument, reloaded on NOSCRIPT) that compares
-the owner and acts atomically.
+the owner and acts atomically. Task deduplication's start and end of a run
+(``Backend.begin_run``/``end_run``) are one call of that script's ``batch`` over the locks of
+several keys; a server in cluster mode refuses that (the keys are in different slots) and
+gets one call per lock instead.
 
 **Stored layout.** For a lock on ``<key>`` in namespace ``<ns>`` (``full = "<ns>:<key>"``, or
 ``<key>`` without a namespace) every key lives in the hash slot of the tag ``{<full>}``, so a

@@ -9,7 +9,7 @@ import os
 import socket
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -128,6 +128,9 @@ class RedisBackend(Backend):
         # One script, two call shapes: operations on a held lock need only its record.
         self._script = Script(self.client, "lock", 4)
         self._script_on_record = Script(self.client, "lock", 1)
+        # ... and batches (begin_run, end_run), by their number of keys
+        self._batches: dict[int, Script] = {}
+        self._one_slot = False  # cluster mode: no script over several locks' slots
         self._queued: dict[tuple[str, str], RedisWaiter] = {}
         # The highest fencing token this backend has seen on any key: no later grant is
         # lower, even when the server lost its counters and its clock is behind.
@@ -281,6 +284,85 @@ class RedisBackend(Backend):
         if ops is None:
             ops = self._aio[loop] = RedisOps(self)
         return ops
+
+    def begin_run(
+        self, run: str, run_owner: str, key: str, owner: str, ttl: float
+    ) -> tuple[Grant, Grant]:
+        if self._one_slot:
+            return super().begin_run(run, run_owner, key, owner, ttl)
+        ms = max(1, int(ttl * 1000))
+        holder = self._holder + str(os.getpid())
+        acquire = ("acquire", "always", owner_id(run_owner), ms, holder, "", self._floor, "1")
+        adopt = ("adopt", "if-ok", owner, ms)
+        try:
+            replies = self._batch(
+                f"start a run on {run!r} and {key!r}", [run, key], [acquire, adopt], retry=True
+            )
+        except BackendUnavailable:
+            # as try_acquire: the batch may still land when the link heals
+            self.leaver.give_back(run, run_owner, time.monotonic() + ABANDONED_FOR + 2 * ttl)
+            raise
+        if replies is None:
+            return super().begin_run(run, run_owner, key, owner, ttl)
+        taken, adopted = replies
+        if not taken[0]:
+            pttl = int(taken[1])
+            return Grant(False, retry_after=pttl / 1000.0 if pttl > 0 else None), Grant(False)
+        run_grant = Grant(True, self.saw_token(int(taken[1])))
+        if adopted[0] != 1:
+            return run_grant, Grant(False)
+        return run_grant, Grant(True, self.saw_token(int(adopted[1])))
+
+    def end_run(
+        self, releases: Sequence[tuple[str, str]], marker: tuple[str, str, float] | None = None
+    ) -> list[bool]:
+        if self._one_slot:
+            return super().end_run(releases, marker)
+        keys: list[str] = []
+        ops: list[tuple[Any, ...]] = []
+        if marker is not None:
+            key, owner, ttl = marker
+            ms = max(1, int(ttl * 1000))
+            holder = self._holder + str(os.getpid())
+            keys.append(key)
+            ops.append(("acquire", "always", owner_id(owner), ms, holder, "", self._floor, "1"))
+        for key, owner in releases:
+            keys.append(key)
+            ops.append(("release", "always", owner, self._floor))
+        replies = self._batch(f"end a run on {keys!r}", keys, ops)
+        if replies is None:
+            return super().end_run(releases, marker)
+        return [reply[0] == 1 for reply in replies[len(ops) - len(releases) :]]
+
+    def _batch(
+        self, what: str, keys: list[str], ops: list[tuple[Any, ...]], *, retry: bool = False
+    ) -> list[Any] | None:
+        """Run ``ops`` (name, when, arguments), one per key of ``keys``, in one script call
+        (``lua/lock.lua``, 'batch'); their replies, in order. ``retry`` as for :meth:`_call`.
+
+        None on a server in cluster mode, which refuses a script over several hash slots
+        (CROSSSLOT) before running it: the caller then makes the calls one lock at a time,
+        as every later batch of this backend does."""
+        stored = [part for key in keys for part in stored_keys(stored_key(key))]
+        args: list[Any] = ["batch"]
+        for name, when, *rest in ops:
+            args += [name, when, len(rest), *rest]
+        script = self._batches.get(len(stored))
+        if script is None:
+            script = self._batches[len(stored)] = Script(self.client, "lock", len(stored))
+        crossslot = self._redis.exceptions.ClusterCrossSlotError
+
+        def run() -> list[Any] | None:
+            try:
+                return list(script(*stored, *args))
+            except crossslot:
+                return None  # CROSSSLOT: refused before it ran, nothing was done
+
+        replies = self._call(what, run, retry=retry)
+        if replies is None:
+            log.info("%s runs in cluster mode: batches go one lock at a time", self.describe())
+            self._one_slot = True
+        return replies
 
     def queue_first(self) -> bool:
         # Once this process has waited (the listener is up), a blocking caller registers

@@ -14,14 +14,15 @@ it to pass backend options. Tests needing a capability the backend does not decl
 
 The tests live in one module per subject, each a mixin over :class:`ContractBase` (the
 fixtures): ``exclusion``, ``waiting``, ``reentrancy``, ``leases``, ``ownership``,
-``decorator``, ``fork`` and ``admin``. Process workers live in ``workers`` at module level so
-the ``spawn`` start method can pickle them.
+``decorator``, ``fork``, ``admin`` and ``batches``. Process workers live in ``workers`` at
+module level so the ``spawn`` start method can pickle them.
 """
 
 from __future__ import annotations
 
 from . import _rewrite  # noqa: F401  - first: pytest must see the modules below imported
 from .admin import AdminContract
+from .batches import BatchContract
 from .decorator import DecoratorContract
 from .exclusion import ExclusionContract
 from .fixtures import ContractBase, KitFactory
@@ -34,6 +35,7 @@ from .workers import acquire_and_exit, exclusion_worker, increment_under_lock
 
 __all__ = [
     "AdminContract",
+    "BatchContract",
     "ContractBase",
     "DecoratorContract",
     "ExclusionContract",
@@ -59,5 +61,6 @@ class LockContract(
     DecoratorContract,
     ForkContract,
     AdminContract,
+    BatchContract,
 ):
     """Every subject's tests together: what a backend's test module subclasses."""

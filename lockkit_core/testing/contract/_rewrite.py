@@ -5,6 +5,7 @@ import pytest
 
 _SUBJECTS = (
     "admin",
+    "batches",
     "decorator",
     "exclusion",
     "fixtures",

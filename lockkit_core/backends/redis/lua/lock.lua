@@ -29,6 +29,18 @@
 -- <floor> is the highest token the calling client has seen on any key: a new token is never
 -- below it. <channel> is the waiting process's own notice channel ('' when not waiting).
 --
+-- 'batch'   KEYS: 4 per operation (L F Q E of its lock, in order; 'adopt' reads only L)
+--           ARGV[2..]: per operation <name>, <when>, <n>, then its n arguments as above;
+--           <when> is 'always', or 'if-ok': only if the operation before it answered 1
+--           returns one array per operation: its reply as above ({1} / {0} for a number),
+--           or {-1} when 'if-ok' skipped it.
+-- A batch is one atomic step over the locks of several keys (task deduplication starts a run
+-- with 'acquire' on its run record then 'adopt' if-ok on the call's key, and ends it with
+-- 'acquire' of the finished record and 'release' of each lock it held). Those keys are in
+-- different hash slots: a server in cluster mode refuses the batch (CROSSSLOT) before running
+-- any of it, and the backend then sends each lock's operation alone (the Backend default),
+-- so every single script still keeps to one lock's slot.
+--
 -- Races it survives:
 -- - the reply to an acquire is lost and the caller retries: the same id finds its own record
 --   and gets its lease renewed and the same token, never "busy" and never a second token;
@@ -40,6 +52,12 @@
 --   waiter is served in the same call;
 -- - the server restarts empty or its clock steps back: see next_token; a clock step cannot
 --   make barging unbounded either (see may_barge).
+-- - a redelivered copy of a task asks to start a run while the first copy starts it: the batch
+--   that takes the run record and adopts the call's key runs whole before or after the other
+--   copy's, so exactly one of them gets the run record, and only that one adopts the key;
+-- - a lease is lost between the start of a run and its end (expired, force-released, taken
+--   by another owner): the ending batch's 'release' compares owner ids as 'release' does and
+--   answers 0 for it, which the caller reports as a loss; it never frees another's lease.
 --
 -- Bounded barging (fair=False only). Handing the lock over on every release switches process
 -- on every critical section, while a releaser that asks again at once would take it with no
@@ -62,8 +80,8 @@ local BARGE_MS = 10 -- fair=False: a queue's head may be passed over for this lo
 local BARGE_MAX = 32 -- ... and at most this many times (the bound when the clock steps back)
 local PAUSE_MS = 2 -- a head whose lock was freed past it asks again after this long
 local RECHECK_MS = 1000 -- waiters behind a head that may be passed over ask at least this often
-local op = ARGV[1]
-local L = KEYS[1]
+-- The lease key of the lock an operation acts on: set by operate(), read by the helpers below.
+local L
 
 local function id_of(secret)
   return redis.sha1hex(secret)
@@ -199,121 +217,150 @@ local function free(F, Q, E, floor, record)
   hand_over(F, Q, E, floor, nil)
 end
 
-if op == 'acquire' then
-  local F, Q, E = KEYS[2], KEYS[3], KEYS[4]
-  local id, lease, holder, channel, floor = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-  local fair = ARGV[7] ~= '0'
-  -- A blocking caller queues (or keeps its place) and its entry is renewed to outlive the
-  -- lease it is about to be told of, whatever its own lease: it tries again when that ends.
-  local function join(pttl)
-    if channel == '' then return end
-    local first = false
-    if not redis.call('zscore', Q, id) then
-      local last = redis.call('zrange', Q, -1, -1, 'withscores')[2]
-      redis.call('zadd', Q, (tonumber(last) or 0) + 1, id)
-      first = not last
-    end
-    local keep = math.max(pttl, 0) + 2 * tonumber(lease) + GRACE_MS
-    redis.call('hset', E, id, string.format('%.0f', now_ms() + keep) .. '|' .. lease .. '|'
-      .. channel .. '|' .. (fair and '' or '~') .. holder)
-    if fair then redis.call('hset', E, 's', '1') end
-    if first then new_head(Q, E) end
-    for _, k in ipairs({Q, E}) do
-      if redis.call('pttl', k) < keep then redis.call('pexpire', k, keep) end
-    end
-  end
-  local current_id, current = holder_id()
-  if current then
-    if current_id == id then
-      -- our own lock: the answer to an earlier attempt was lost, or it was handed to us
-      redis.call('pexpire', L, lease)
-      return {1, string.match(current, '^[^|]*|(%d+)')}
-    end
-    local pttl = redis.call('pttl', L)
-    join(pttl)
-    if channel ~= '' and not fair then
-      local may, head, _, told, since = barging(E)
-      if may and head == id then
-        -- the head of a queue that may be passed over asks again when that ends (never
-        -- past BARGE_MS from now: the clock may have stepped back), so releases until then
-        -- need not tell it (see free)
-        if told ~= id then redis.call('hset', E, 'w', id) end
-        return {0, pttl, math.max(1, math.min(pttl, BARGE_MS, since + BARGE_MS - now_ms()))}
+-- One operation on one lock: K holds its keys (L F Q E), A its arguments with A[1] the name.
+local function operate(op, K, A)
+  L = K[1]
+  if op == 'acquire' then
+    local F, Q, E = K[2], K[3], K[4]
+    local id, lease, holder, channel, floor = A[2], A[3], A[4], A[5], A[6]
+    local fair = A[7] ~= '0'
+    -- A blocking caller queues (or keeps its place) and its entry is renewed to outlive the
+    -- lease it is about to be told of, whatever its own lease: it tries again when that ends.
+    local function join(pttl)
+      if channel == '' then return end
+      local first = false
+      if not redis.call('zscore', Q, id) then
+        local last = redis.call('zrange', Q, -1, -1, 'withscores')[2]
+        redis.call('zadd', Q, (tonumber(last) or 0) + 1, id)
+        first = not last
       end
-      -- a head answered without a time to ask must be told of the next release
-      if told == id then redis.call('hdel', E, 'w') end
-      if may then return {0, pttl, math.max(1, math.min(pttl, RECHECK_MS))} end
+      local keep = math.max(pttl, 0) + 2 * tonumber(lease) + GRACE_MS
+      redis.call('hset', E, id, string.format('%.0f', now_ms() + keep) .. '|' .. lease .. '|'
+        .. channel .. '|' .. (fair and '' or '~') .. holder)
+      if fair then redis.call('hset', E, 's', '1') end
+      if first then new_head(Q, E) end
+      for _, k in ipairs({Q, E}) do
+        if redis.call('pttl', k) < keep then redis.call('pexpire', k, keep) end
+      end
     end
-    return {0, pttl}
+    local current_id, current = holder_id()
+    if current then
+      if current_id == id then
+        -- our own lock: the answer to an earlier attempt was lost, or it was handed to us
+        redis.call('pexpire', L, lease)
+        return {1, string.match(current, '^[^|]*|(%d+)')}
+      end
+      local pttl = redis.call('pttl', L)
+      join(pttl)
+      if channel ~= '' and not fair then
+        local may, head, _, told, since = barging(E)
+        if may and head == id then
+          -- the head of a queue that may be passed over asks again when that ends (never
+          -- past BARGE_MS from now: the clock may have stepped back), so releases until then
+          -- need not tell it (see free)
+          if told ~= id then redis.call('hset', E, 'w', id) end
+          return {0, pttl, math.max(1, math.min(pttl, BARGE_MS, since + BARGE_MS - now_ms()))}
+        end
+        -- a head answered without a time to ask must be told of the next release
+        if told == id then redis.call('hdel', E, 'w') end
+        if may then return {0, pttl, math.max(1, math.min(pttl, RECHECK_MS))} end
+      end
+      return {0, pttl}
+    end
+    if redis.call('exists', Q) == 1 then
+      local may, head, last = false, nil, nil
+      if channel ~= '' and not fair then
+        local _
+        may, head, _, _, _, last = barging(E)
+      end
+      if may and head ~= id and last == holder then
+        -- fair=False, the head is young, and this process freed it: take it back
+        drop(Q, E, id)
+        redis.call('hincrby', E, 'n', 1)
+      elseif may and head ~= id then
+        -- freed past a young head by another process, which may take it back: queue (or keep
+        -- our place) as if it were held; the head asks for it soon enough if nobody does
+        join(0)
+        return {0, 0, RECHECK_MS}
+      else
+        -- Expired without a release, or freed and the head asks: serve the queue in order. A
+        -- queued caller keeps its place; a new blocking one joins at the tail; a non-blocking
+        -- one only looks.
+        join(0)
+        local to, token = hand_over(F, Q, E, floor, id)
+        if to == id then return {1, token} end
+        if to then return {0, redis.call('pttl', L)} end
+      end
+    end
+    local token = next_token(F, floor)
+    redis.call('set', L, id .. '|' .. token .. '|' .. holder, 'px', lease)
+    return {1, token}
   end
-  if redis.call('exists', Q) == 1 then
-    local may, head, last = false, nil, nil
-    if channel ~= '' and not fair then
-      local _
-      may, head, _, _, _, last = barging(E)
-    end
-    if may and head ~= id and last == holder then
-      -- fair=False, the head is young, and this process freed it: take it back
+
+  if op == 'release' or op == 'leave' then
+    local F, Q, E = K[2], K[3], K[4]
+    local id = id_of(A[2])
+    if op == 'leave' then
+      -- a waiter gives up; a lock handed to it meanwhile is passed on, not kept, and one freed
+      -- past the queue (the head that left would have asked for it) goes to the next in order
       drop(Q, E, id)
-      redis.call('hincrby', E, 'n', 1)
-    elseif may and head ~= id then
-      -- freed past a young head by another process, which may take it back: queue (or keep
-      -- our place) as if it were held; the head asks for it soon enough if nobody does
-      join(0)
-      return {0, 0, RECHECK_MS}
-    else
-      -- Expired without a release, or freed and the head asks: serve the queue in order. A
-      -- queued caller keeps its place; a new blocking one joins at the tail; a non-blocking
-      -- one only looks.
-      join(0)
-      local to, token = hand_over(F, Q, E, floor, id)
-      if to == id then return {1, token} end
-      if to then return {0, redis.call('pttl', L)} end
+      if redis.call('exists', L) == 0 then
+        hand_over(F, Q, E, A[3], nil)
+        return 0
+      end
     end
-  end
-  local token = next_token(F, floor)
-  redis.call('set', L, id .. '|' .. token .. '|' .. holder, 'px', lease)
-  return {1, token}
-end
-
-if op == 'release' or op == 'leave' then
-  local F, Q, E = KEYS[2], KEYS[3], KEYS[4]
-  local id = id_of(ARGV[2])
-  if op == 'leave' then
-    -- a waiter gives up; a lock handed to it meanwhile is passed on, not kept, and one freed
-    -- past the queue (the head that left would have asked for it) goes to the next in order
-    drop(Q, E, id)
-    if redis.call('exists', L) == 0 then
-      hand_over(F, Q, E, ARGV[3], nil)
-      return 0
+    local current_id, current = holder_id()
+    if current_id == id then
+      free(F, Q, E, A[3], current)
+      return 1
     end
+    return 0
   end
-  local current_id, current = holder_id()
-  if current_id == id then
-    free(F, Q, E, ARGV[3], current)
-    return 1
+
+  if op == 'force' then
+    if redis.call('exists', L) == 1 then
+      free(K[2], K[3], K[4], A[2], '')
+      return 1
+    end
+    return 0
   end
-  return 0
+
+  if op == 'extend' or op == 'adopt' then
+    -- an expired lease is never revived, and a free key never taken
+    local current_id, current = holder_id()
+    if current and current_id == id_of(A[2]) then
+      redis.call('pexpire', L, A[3])
+      if op == 'adopt' then return {1, string.match(current, '^[^|]*|(%d+)')} end
+      return 1
+    end
+    if op == 'adopt' then return {0} end
+    return 0
+  end
+
+  return redis.error_reply('lockkit: unknown operation ' .. tostring(op))
 end
 
-if op == 'force' then
-  if redis.call('exists', L) == 1 then
-    free(KEYS[2], KEYS[3], KEYS[4], ARGV[2], '')
-    return 1
-  end
-  return 0
+if ARGV[1] ~= 'batch' then
+  return operate(ARGV[1], KEYS, ARGV)
 end
 
-if op == 'extend' or op == 'adopt' then
-  -- an expired lease is never revived, and a free key never taken
-  local current_id, current = holder_id()
-  if current and current_id == id_of(ARGV[2]) then
-    redis.call('pexpire', L, ARGV[3])
-    if op == 'adopt' then return {1, string.match(current, '^[^|]*|(%d+)')} end
-    return 1
+-- 'batch': the operations one after another in this one atomic call (see the contract above).
+local results, ok, k, i = {}, true, 0, 2
+while i <= #ARGV do
+  local op, when, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local A = {op}
+  for j = 1, n do A[j + 1] = ARGV[i + 2 + j] end
+  i = i + 3 + n
+  local K = {KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]}
+  k = k + 4
+  if when == 'if-ok' and not ok then
+    results[#results + 1] = {-1}
+  else
+    local reply = operate(op, K, A)
+    if type(reply) == 'table' and reply.err then return reply end
+    if type(reply) ~= 'table' then reply = {reply} end
+    ok = reply[1] == 1
+    results[#results + 1] = reply
   end
-  if op == 'adopt' then return {0} end
-  return 0
 end
-
-return redis.error_reply('lockkit: unknown operation ' .. tostring(op))
+return results
