@@ -1,22 +1,42 @@
-"""The acquire loop: attempt, wait to be woken or handed the lock, and decide what a grant is worth.
+"""The acquire state machine: attempt, wait to be woken or handed the lock, and decide what a
+grant is worth. It decides and never waits nor does I/O (sans-I/O, as h11 and wsproto do).
 
-It speaks only to a :class:`~lockkit_core.backends.base.Backend` and its
-:class:`~lockkit_core.backends.base.Waiter`; reentrancy, renewal and handles live elsewhere.
+:func:`plan` is a generator. It yields a step and is sent the step's outcome:
+
+* :data:`ATTEMPT`: one ``try_acquire`` of the key for the caller's owner; send the Grant;
+* :data:`REGISTER`: make the waiter (``Backend.waiter()``); send None;
+* :class:`Wait`: ``waiter.wait(seconds)``; send its Grant (a hand-over) or None;
+* :data:`GIVE_BACK`: release a grant that arrived with its lease over; send None.
+
+It returns :class:`Acquired` or None (busy until the timeout), or raises
+:class:`~lockkit_core.errors.BackendUnavailable`. :mod:`lockkit_core.drivers` runs it with
+blocking I/O (``Lock.acquire``) and with asyncio (``Lock.aacquire``); closing the waiter and
+giving back what a cancelled caller was granted are the drivers' part.
 """
 
 from __future__ import annotations
 
-import logging
 import time
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 from . import lease
-from .backends.base import Backend, Grant, Waiter
-from .errors import BackendError, BackendUnavailable
+from .backends.base import Grant
+from .errors import BackendUnavailable
 
-__all__ = ["Acquired", "acquire", "dead_on_arrival_error", "give_back"]
-
-log = logging.getLogger("lockkit")
+__all__ = [
+    "ATTEMPT",
+    "GIVE_BACK",
+    "REGISTER",
+    "Acquired",
+    "Attempt",
+    "GiveBack",
+    "Register",
+    "Step",
+    "Wait",
+    "dead_on_arrival_error",
+    "plan",
+]
 
 
 @dataclass(frozen=True)
@@ -27,81 +47,98 @@ class Acquired:
     valid_until: float
 
 
-def acquire(
-    backend: Backend,
-    full_key: str,
+class Attempt:
+    """Ask the store for the key once."""
+
+
+class Register:
+    """Register to be woken (or handed the key) before the next attempt."""
+
+
+class GiveBack:
+    """Release the grant just received: its lease was over on arrival."""
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Wait up to ``seconds`` to be woken or handed the key."""
+
+    seconds: float
+
+
+ATTEMPT = Attempt()
+REGISTER = Register()
+GIVE_BACK = GiveBack()
+Step = Attempt | Register | Wait | GiveBack
+Plan = Generator[Step, Grant | None, Acquired | None]
+
+
+def plan(
     key: str,
-    owner: str,
     ttl: float | None,
     *,
-    fair: bool,
     blocking: bool,
     timeout: float | None,
-) -> Acquired | None:
-    """Take ``full_key`` for ``owner``; None only if someone else held it until ``timeout``.
+    queue_first: bool,
+    clock: Callable[[], float] = time.monotonic,
+) -> Plan:
+    """The decisions of one acquisition of ``key``; None only if someone else held it until
+    ``timeout``.
 
     A grant this call obtains is kept whenever its lease is still valid, even if the round
-    trip outlasted ``timeout``: False would tell the caller the key is busy, and it is not.
+    trip outlasted ``timeout``: None would tell the caller the key is busy, and it is not.
     A grant whose lease is over on arrival is given back and asked for again; after
     up to :data:`~lockkit_core.lease.MAX_DEAD_ON_ARRIVAL` of them in one call (or when the caller's
     time is up) :class:`BackendUnavailable` names the round trip and the ttl, rather than
-    spinning. It is raised too when the store cannot be reached, never turned into None.
+    spinning. ``queue_first``: register before the first attempt (``Backend.queue_first``).
     """
-    started = time.monotonic()
-    deadline = None if timeout is None else started + timeout
-    waiter: Waiter | None = None
-    acquired = False
-    reachable = True
+    deadline = None if timeout is None else clock() + timeout
+    registered = False
     dead_on_arrival = 0
     slowest = 0.0
-    try:
-        if blocking and backend.queue_first():
-            waiter = backend.waiter(full_key, owner, fair)
+    if blocking and queue_first:
+        yield REGISTER
+        registered = True
+    while True:
+        sent = clock()
+        grant = yield ATTEMPT
+        assert grant is not None  # an attempt always answers
         while True:
-            sent = time.monotonic()
-            grant: Grant = backend.try_acquire(full_key, owner, lease.on_store(ttl))
-            while True:
-                now = time.monotonic()
-                if grant.acquired:
-                    if grant.since is not None:
-                        sent = grant.since
-                        if ttl is not None and now - sent > ttl / 10:
-                            # Handed over long after we queued: confirm, so the lease
-                            # is measured from a recent request, not from the queueing.
-                            break
-                    valid_until = sent + lease.validity(ttl)
-                    if now < valid_until:
-                        acquired = True
-                        return Acquired(grant.token, valid_until)
-                    assert ttl is not None  # a grant without a lease never arrives dead
-                    give_back(backend, full_key, owner)
-                    dead_on_arrival += 1
-                    slowest = max(slowest, now - sent)
-                    if dead_on_arrival >= lease.MAX_DEAD_ON_ARRIVAL:
-                        raise dead_on_arrival_error(key, ttl, slowest, dead_on_arrival)
-                    if blocking:
-                        break  # we gave the key back ourselves: ask again at once
-                if not blocking:
-                    break
-                remaining = None if deadline is None else deadline - now
-                if remaining is not None and remaining <= 0:
-                    break
-                if waiter is None:
-                    # Register before the next attempt so a release in between wakes us.
-                    waiter = backend.waiter(full_key, owner, fair)
-                    break
-                handed = waiter.wait(lease.next_wait(grant.retry_after, remaining))
-                if handed is None:
-                    break
-                grant = handed
-            if not blocking or (deadline is not None and time.monotonic() >= deadline):
+            now = clock()
+            if grant.acquired:
+                if grant.since is not None:
+                    sent = grant.since
+                    if ttl is not None and now - sent > ttl / 10:
+                        # Handed over long after we queued: confirm, so the lease
+                        # is measured from a recent request, not from the queueing.
+                        break
+                valid_until = sent + lease.validity(ttl)
+                if now < valid_until:
+                    return Acquired(grant.token, valid_until)
+                assert ttl is not None  # a grant without a lease never arrives dead
+                yield GIVE_BACK
+                dead_on_arrival += 1
+                slowest = max(slowest, now - sent)
+                if dead_on_arrival >= lease.MAX_DEAD_ON_ARRIVAL:
+                    raise dead_on_arrival_error(key, ttl, slowest, dead_on_arrival)
+                if blocking:
+                    break  # we gave the key back ourselves: ask again at once
+            if not blocking:
                 break
-    except BackendUnavailable:
-        reachable = False  # leaving the queue would cost the caller another timeout
-        raise
-    finally:
-        if waiter is not None:
-            waiter.close(acquired, reachable=reachable)
+            remaining = None if deadline is None else deadline - now
+            if remaining is not None and remaining <= 0:
+                break
+            if not registered:
+                # Register before the next attempt so a release in between wakes us.
+                yield REGISTER
+                registered = True
+                break
+            handed = yield Wait(lease.next_wait(grant.retry_after, remaining))
+            if handed is None:
+                break
+            grant = handed
+        if not blocking or (deadline is not None and clock() >= deadline):
+            break
     if dead_on_arrival and ttl is not None:
         raise dead_on_arrival_error(key, ttl, slowest, dead_on_arrival)
     return None
@@ -115,17 +152,3 @@ def dead_on_arrival_error(key: str, ttl: float, took: float, grants: int) -> Bac
         "(the link to the store is slower than the TTL); raise the ttl well above the "
         "round trip, or fix the link"
     )
-
-
-def give_back(backend: Backend, full_key: str, owner: str) -> None:
-    """Release a grant we will not use; if the store refuses, it expires by its TTL.
-
-    :class:`BackendUnavailable` propagates: the next attempt would only spend another
-    socket timeout of the caller's on a store that cannot be reached.
-    """
-    try:
-        backend.release(full_key, owner)
-    except BackendUnavailable:
-        raise
-    except BackendError:
-        log.warning("could not give back a late grant of %s; it expires by TTL", full_key)

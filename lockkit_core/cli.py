@@ -19,10 +19,11 @@ import click
 
 from .admin import LockInfo
 from .backends.base import capability_names
+from .backends.sql.schema import LeaseTable
 from .config import UNSET, default_url
 from .errors import LockKitError
 from .kit import LockKit
-from .registry import backend_class, known_schemes
+from .registry import backend_class, create_backend, known_schemes
 from .terminal import printable
 from .url import parse_url
 
@@ -293,6 +294,35 @@ def backends_command(ctx: click.Context, as_json: bool) -> None:
     )
     if current in {row["scheme"] for row in rows}:
         click.echo(f"\n* the backend that --url / LOCKKIT_URL selects ({current}://)")
+
+
+@cli.command(name="migrate", short_help="Create a database store's lease table.")
+@click.argument("url", required=False)
+@click.option("--sql", "print_sql", is_flag=True, help="Print the DDL instead of running it.")
+@click.pass_context
+def migrate_command(ctx: click.Context, url: str | None, print_sql: bool) -> None:
+    """Create the lease table of the database store at URL (default: --url / LOCKKIT_URL).
+
+    lockkit creates it on first use; run this as a user that may run DDL when the
+    application's user may not, or print the statements with --sql for a DBA to run.
+    """
+    settings: CliSettings = ctx.ensure_object(CliSettings)
+    target = settings.url if url is None else url
+    with _lockkit_errors():
+        backend = create_backend(target)
+        try:
+            if not isinstance(backend, LeaseTable):
+                raise click.ClickException(
+                    f"{parse_url(target).scheme}:// keeps no table: nothing to migrate "
+                    "(migrate is for postgresql://, mysql:// and sqlite://)"
+                )
+            if print_sql:
+                click.echo("".join(statement + ";\n" for statement in backend.ddl()), nl=False)
+                return
+            backend.create_schema()
+        finally:
+            backend.close()
+    click.echo(f"the lease table {backend.table} is ready at {backend.describe()}")
 
 
 @cli.command(name="demo", short_help="Race workers sending SMS, without and with a lock.")

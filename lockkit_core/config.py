@@ -27,6 +27,7 @@ from .lease import MIN_TTL
 from .redact import redact_options, redact_url
 
 __all__ = [
+    "CORE_SETTINGS",
     "DEFAULT_TTL",
     "UNSET",
     "LockKitConfig",
@@ -35,6 +36,7 @@ __all__ = [
     "check_timeout",
     "check_ttl",
     "default_url",
+    "parse_bool",
 ]
 
 
@@ -59,7 +61,8 @@ UNSET: Final = _Unset()
 
 DEFAULT_TTL: Final = 30.0
 
-_KNOWN = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
+#: The core settings every adapter reads (``LOCKKIT_URL``, ``LOCKKIT["URL"]``, ...).
+CORE_SETTINGS: Final = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
 
 
 def default_url() -> str:
@@ -122,7 +125,7 @@ def check_timeout(value: object, name: str = "timeout") -> float | None:
     return check_seconds(name, value, allow_none=True)
 
 
-def _parse_bool(name: str, value: object) -> bool:
+def parse_bool(name: str, value: object) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lower() in {"1", "true", "yes", "on"}:
@@ -177,18 +180,19 @@ class LockKitConfig:
         values: dict[str, Any] = {}
         for raw_key, value in (mapping or {}).items():
             key = str(raw_key).upper()
-            if key not in _KNOWN:
+            if key not in CORE_SETTINGS:
                 raise ConfigError(
-                    f"unknown lockkit setting {raw_key!r}; known settings: {', '.join(_KNOWN)}"
+                    f"unknown lockkit setting {raw_key!r}; "
+                    f"known settings: {', '.join(CORE_SETTINGS)}"
                 )
             if key in values:
                 raise ConfigError(f"lockkit setting {key} is given twice (in different case)")
             values[key] = value
         for name, value in overrides.items():
-            if name.upper() not in _KNOWN:
+            if name.upper() not in CORE_SETTINGS:
                 raise ConfigError(
                     f"unknown lockkit setting {name!r}; known settings: "
-                    f"{', '.join(k.lower() for k in _KNOWN)}"
+                    f"{', '.join(k.lower() for k in CORE_SETTINGS)}"
                 )
             if value is not UNSET:
                 values[name.upper()] = value
@@ -200,7 +204,7 @@ class LockKitConfig:
         if "TTL" in values:
             kwargs["ttl"] = check_ttl(_parse_number("TTL", values["TTL"]), "TTL")
         if "AUTO_RENEW" in values:
-            kwargs["auto_renew"] = _parse_bool("AUTO_RENEW", values["AUTO_RENEW"])
+            kwargs["auto_renew"] = parse_bool("AUTO_RENEW", values["AUTO_RENEW"])
         if "TIMEOUT" in values:
             raw = values["TIMEOUT"]
             kwargs["timeout"] = check_timeout(

@@ -7,8 +7,10 @@ that obtained or extended it was sent, so ``is_lost()`` decides locally, without
 
 Who a hold belongs to decides when it has leaked (see :meth:`Hold.leak`):
 
-* a reentrant hold belongs to its *thread* (like ``threading.RLock``): only that thread can
-  release it, so once the thread has exited nobody can, and the hold has leaked;
+* a reentrant hold taken by a blocking acquire belongs to its *thread* (like
+  ``threading.RLock``): only that thread can release it, so once the thread has exited nobody
+  can, and the hold has leaked (an asyncio acquisition belongs to its handle; see
+  :mod:`lockkit_core.handle`);
 * a non-reentrant hold belongs to its *acquisition* (like ``threading.Lock``): any thread may
   release it through the handle, so the thread that took it exiting is no leak;
 * either way, once every handle that used the hold is garbage, nobody can release it.
@@ -18,12 +20,13 @@ A hold is weakly tied to its handles, so the watchdog renewing it never keeps th
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import lease
 from .backends.base import Backend
@@ -55,13 +58,20 @@ class Hold:
         "lost_reason",
         "owner",
         "pid",
+        "task",
         "thread",
         "token",
         "ttl",
     )
 
     def __init__(
-        self, lock: Lock, backend: Backend, owner: str, token: int | None, deadline: float
+        self,
+        lock: Lock,
+        backend: Backend,
+        owner: str,
+        token: int | None,
+        deadline: float,
+        task: asyncio.Task[Any] | None = None,
     ) -> None:
         # The handle whose on_lost callbacks apply, and every handle that re-entered it.
         self.lock = weakref.ref(lock)
@@ -75,8 +85,10 @@ class Hold:
         self.auto_renew = lock.auto_renew
         self.deadline = deadline
         self.count = 1
-        # The thread object, never its ident: idents are reused by later threads.
-        self.thread = threading.current_thread() if lock.reentrant else None
+        # Who may re-enter it: the thread of a blocking acquisition (the thread object, never
+        # its ident: idents are reused by later threads), the task of an asyncio one.
+        self.task = task if lock.reentrant else None
+        self.thread = threading.current_thread() if lock.reentrant and task is None else None
         self.pid = os.getpid()
         self.lost_reason: str | None = None
         self.active = True
@@ -90,13 +102,31 @@ class Hold:
     def extend(self, ttl: float, *, raise_on_loss: bool) -> bool:
         """Reset the lease on the store to ``ttl`` seconds; False (or LockLost) if it is gone."""
         sent = time.monotonic()
+        if not self._may_extend(sent, raise_on_loss):
+            return False
+        return self._extended(
+            self.backend.extend(self.full_key, self.owner, ttl), sent, ttl, raise_on_loss
+        )
+
+    async def aextend(self, ttl: float) -> None:
+        """:meth:`extend` on the event loop; LockLost if the lease is gone."""
+        sent = time.monotonic()
+        self._may_extend(sent, True)
+        done = await self.backend.aio().extend(self.full_key, self.owner, ttl)
+        self._extended(done, sent, ttl, True)
+
+    def _may_extend(self, sent: float, raise_on_loss: bool) -> bool:
         if self.is_lost(sent):
             # Once lost, always lost: the caller may already have been told so.
             self.mark_lost(self.lost_reason or "its lease ran out before it was renewed")
             if raise_on_loss:
                 raise LockLost(self.key, lost_message(self.key, self))
             return False
-        if self.backend.extend(self.full_key, self.owner, ttl):
+        return True
+
+    def _extended(self, done: bool, sent: float, ttl: float, raise_on_loss: bool) -> bool:
+        """Record the store's answer to an extension sent at ``sent``."""
+        if done:
             valid_until = sent + lease.validity(ttl)
             # A lease given to a hold that had none replaces its endless deadline.
             self.deadline = valid_until if self.ttl is None else max(self.deadline, valid_until)
@@ -111,7 +141,14 @@ class Hold:
         """Free the key on the store; LockLost if the lease was already gone, reported to
         ``on_lost`` too unless the watchdog reported it first."""
         was_lost = self.is_lost()
-        released = self.backend.release(self.full_key, self.owner)
+        self._released(was_lost, self.backend.release(self.full_key, self.owner))
+
+    async def arelease(self) -> None:
+        """:meth:`release` on the event loop."""
+        was_lost = self.is_lost()
+        self._released(was_lost, await self.backend.aio().release(self.full_key, self.owner))
+
+    def _released(self, was_lost: bool, released: bool) -> None:
         if was_lost or not released:
             self._report_lost(
                 "its lease ran out before release"

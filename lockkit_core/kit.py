@@ -7,13 +7,13 @@ import inspect
 import os
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 from .admin import Admin
 from .backends.base import Backend, Capability
 from .config import UNSET, LockKitConfig, check_lock_ttl, check_timeout
 from .errors import ConfigError, NotSupported
-from .holds import Holds
+from .hold_table import Holds
 from .keys import KeyTemplate, check_key
 from .lock import Lock, OnLost
 from .registry import create_backend
@@ -213,18 +213,23 @@ class LockKit:
 
         ``key`` is a template filled from the call's arguments (``"report:{day}"``,
         ``"user:{user.id}"``) or a callable taking the same arguments. A busy lock raises
-        :class:`LockTimeout` once ``timeout`` has passed (``timeout=0``: at once).
+        :class:`LockTimeout` once ``timeout`` has passed (``timeout=0``: at once). On an
+        ``async def`` the lock is awaited (``async with``), never blocking the event loop.
         """
         template = KeyTemplate(key)
         options = self._lock_options(ttl, timeout, auto_renew, fair, on_lost, None)
 
         def decorate(func: Callable[P, R]) -> Callable[P, R]:
-            if inspect.iscoroutinefunction(func):
-                raise ConfigError(
-                    f"@kit.locked cannot wrap the coroutine function {func.__qualname__}: "
-                    "a blocking lock would stall the event loop; lock inside it instead"
-                )
             signature = template.check_signature(func)
+            if inspect.iscoroutinefunction(func):
+                # Awaited on the event loop (Lock.aacquire): waiting never blocks the loop.
+                @functools.wraps(func)
+                async def awrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                    name = template.render(signature, args, kwargs)
+                    async with Lock(self, name, reentrant=reentrant, **options):
+                        return await func(*args, **kwargs)
+
+                return cast(Callable[P, R], awrapper)
 
             @functools.wraps(func)
             def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:

@@ -1,39 +1,37 @@
-"""``Lock``: a handle on one key, with ``threading.Lock``-style ``acquire()``/``release()``.
+"""``Lock``: a handle on one key, with ``threading.Lock``-style ``acquire()``/``release()`` and
+their asyncio forms (``aacquire()``, ``arelease()``, ``aextend()``, ``async with``).
 
 A handle is cheap; what is held is a :class:`~lockkit_core.hold.Hold`, shared by every handle
-that re-enters the same key in the same thread. Reentrancy is decided here; the acquire loop
-is in :mod:`lockkit_core.acquire`, renewal in :mod:`lockkit_core.watchdog`. A handle reaches its
-kit only through ``kit.backend``, ``kit.namespace`` and ``kit.holds``
-(:class:`~lockkit_core.holds.Holds`, the table of holds it may re-enter).
+that re-enters the same key in the same thread or asyncio task. Reentrancy is kept in
+:mod:`lockkit_core.handle`; the acquire decisions are :mod:`lockkit_core.acquire`'s state
+machine, run by :mod:`lockkit_core.drivers`; renewal is :mod:`lockkit_core.watchdog`'s. A
+handle reaches its kit only through ``kit.backend``, ``kit.namespace`` and ``kit.holds``
+(:class:`~lockkit_core.hold_table.Holds`, the table of holds it may re-enter).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
-import threading
 import time
-import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from . import lease
-from .acquire import acquire as acquire_grant
+from . import drivers, lease
 from .acquire import dead_on_arrival_error
-from .backends.base import Capability, owner_hint
+from .backends.base import Capability, Grant, owner_hint
 from .config import UNSET, check_timeout, check_ttl
 from .errors import ConfigError, LockLost, LockNotOwned, LockTimeout, NotSupported
+from .handle import Handle, OnLost
 from .hold import Hold, inherited_message, lost_message
-from .keys import namespaced
 from .watchdog import watch
 
 if TYPE_CHECKING:
-    from .kit import LockKit
+    pass
 
 __all__ = ["Lock", "OnLost", "new_owner_token"]
-
-OnLost = Callable[["Lock"], object]
 
 
 def new_owner_token() -> str:
@@ -52,54 +50,15 @@ def release_leaving(release: Callable[[], None], exc: BaseException | None) -> N
         exc.add_note(f"lockkit: {lost}")
 
 
-class Lock:
+class Lock(Handle):
     """A handle on one key. Use it as a context manager, or ``acquire()``/``release()``.
 
     Get one from :meth:`LockKit.lock`; it is cheap and may be reused after release.
     """
 
-    def __init__(
-        self,
-        kit: LockKit,
-        key: str,
-        *,
-        ttl: float | None,
-        timeout: float | None,
-        auto_renew: bool,
-        reentrant: bool,
-        fair: bool,
-        on_lost: Iterable[OnLost],
-        owner: str | None,
-    ) -> None:
-        self.kit = kit
-        self.key = key
-        self.full_key = namespaced(kit.namespace, key)
-        self.ttl = ttl
-        self.timeout = timeout
-        self.auto_renew = auto_renew
-        self.reentrant = reentrant
-        self.fair = fair
-        self.on_lost: list[OnLost] = list(on_lost)
-        self._given_owner = owner
-        # Reentrant: this thread's [hold, depth], in a thread-local so that it dies with its
-        # thread and a later thread reusing the ident starts empty. Non-reentrant: the hold
-        # of the current acquisition, whichever thread took it.
-        self._local = threading.local()
-        self._hold: Hold | None = None
-        self._last: Hold | None = None  # what other threads and callbacks see
-
     def __repr__(self) -> str:
         state = "held" if self._view() is not None else "free"
         return f"<Lock {self.full_key!r} {state} token={self.token}>"
-
-    def _here(self) -> Hold | None:
-        if not self.reentrant:
-            return self._hold
-        use: list[Any] | None = getattr(self._local, "use", None)
-        return use[0] if use is not None else None
-
-    def _view(self) -> Hold | None:
-        return self._here() or self._last
 
     # -- state -------------------------------------------------------------------------------
 
@@ -165,20 +124,20 @@ class Lock:
         and never takes a free key; if ``token`` does not hold the key it raises
         :class:`LockNotOwned`.
         """
-        timeout = self.timeout if timeout is UNSET else check_timeout(timeout)
-        if not blocking and timeout not in (None, 0):
-            raise ConfigError("acquire(blocking=False) takes no timeout")
-        kit = self.kit
+        timeout = self._timeout(blocking, timeout)
         if self.reentrant and self._reenter():
             return True
         # Not re-entered: contend on the store like any other owner (a non-reentrant handle
         # taken twice by one thread waits on itself, as threading.Lock does).
+        backend = self.kit.backend
         if self._given_owner is not None:
-            hold = self._adopt(self._given_owner)
+            sent = time.monotonic()
+            ttl = lease.on_store(self.ttl)
+            hold = self._adopted(backend.adopt(self.full_key, self._given_owner, ttl), sent)
         else:
             owner = new_owner_token()
-            got = acquire_grant(
-                kit.backend,
+            got = drivers.acquire(
+                backend,
                 self.full_key,
                 self.key,
                 owner,
@@ -189,42 +148,57 @@ class Lock:
             )
             if got is None:
                 return False
-            hold = kit.holds.start(self, owner, got.token, got.valid_until)
-        if self.reentrant:
-            self._local.use = [hold, 1]
-        else:
-            self._hold = hold
-        self._last = hold
+            hold = self.kit.holds.start(self, owner, got.token, got.valid_until)
+        self._took(hold)
         return True
 
-    def _reenter(self) -> bool:
-        holds = self.kit.holds
-        hold = holds.get(self.full_key)
-        if hold is None or hold.thread is not threading.current_thread():
-            return False  # the common case, decided without the kit's lock
-        use: list[Any] | None = getattr(self._local, "use", None)
-        with holds.mutex:
-            if (
-                holds.get(self.full_key) is not hold
-                or hold.pid != os.getpid()
-                or not hold.active
-                or (use is not None and use[0] is not hold)
-                or (self._given_owner is not None and self._given_owner != hold.owner)
-                or hold.leak() is not None  # leaked: expiring, and told so, not to be reused
-            ):
-                return False
-            if hold.is_lost():
-                raise LockLost(self.key, lost_message(self.key, hold))
-            hold.count += 1
-            if use is None:
-                use = self._local.use = [hold, 0]
-                hold.handles.append(weakref.ref(self))
-            use[1] += 1
-            return True
+    async def aacquire(self, blocking: bool = True, timeout: Any = UNSET) -> bool:
+        """:meth:`acquire` for a coroutine: the same rules, and it never blocks the event loop.
 
-    def _adopt(self, owner: str) -> Hold:
-        sent = time.monotonic()
-        grant = self.kit.backend.adopt(self.full_key, owner, lease.on_store(self.ttl))
+        Cancelled while it waits, it leaves nothing on the store (no queue entry, no lease).
+        The task that acquired re-enters; the acquisition belongs to the handle, so any task
+        may ``arelease`` it (see :mod:`lockkit_core.handle`). Raises :class:`NotSupported` on
+        a store without an asyncio API.
+        """
+        timeout = self._timeout(blocking, timeout)
+        task = asyncio.current_task()
+        assert task is not None  # awaited inside a task
+        if self.reentrant and self._reenter(task):
+            return True
+        ops = self.kit.backend.aio()
+        if self._given_owner is not None:
+            sent = time.monotonic()
+            ttl = lease.on_store(self.ttl)
+            grant = await ops.adopt(self.full_key, self._given_owner, ttl)
+            hold = self._adopted(grant, sent, task)
+        else:
+            owner = new_owner_token()
+            got = await drivers.aacquire(
+                self.kit.backend,
+                self.full_key,
+                self.key,
+                owner,
+                self.ttl,
+                fair=self.fair,
+                blocking=blocking and timeout != 0,
+                timeout=timeout,
+            )
+            if got is None:
+                return False
+            hold = self.kit.holds.start(self, owner, got.token, got.valid_until, task)
+        self._took(hold)
+        return True
+
+    def _timeout(self, blocking: bool, timeout: Any) -> float | None:
+        timeout = self.timeout if timeout is UNSET else check_timeout(timeout)
+        if not blocking and timeout not in (None, 0):
+            raise ConfigError("acquire(blocking=False) takes no timeout")
+        return timeout  # type: ignore[no-any-return]
+
+    def _adopted(self, grant: Grant, sent: float, task: asyncio.Task[Any] | None = None) -> Hold:
+        """The hold of an adoption the store answered with ``grant`` (asked at ``sent``)."""
+        owner = self._given_owner
+        assert owner is not None
         if not grant.acquired:
             raise LockNotOwned(
                 self.key,
@@ -236,53 +210,35 @@ class Lock:
         valid_until = sent + lease.validity(self.ttl)
         if self.ttl is not None and now >= valid_until:
             raise dead_on_arrival_error(self.key, self.ttl, now - sent, 1)
-        return self.kit.holds.start(self, owner, grant.token, valid_until)
+        return self.kit.holds.start(self, owner, grant.token, valid_until, task)
 
     def release(self) -> None:
         """Release one level of reentrancy; the store is told when the outermost one ends.
 
-        A reentrant lock is released by the thread that holds it; a ``reentrant=False`` one
-        by any thread (it belongs to its acquisition, as with ``threading.Lock``).
-        Raises :class:`LockNotOwned` if we do not hold it, :class:`LockLost` if the lease
-        had run out (someone else may have held the key meanwhile).
+        A reentrant lock is released by the thread (or asyncio task) that holds it; a
+        ``reentrant=False`` one by any (it belongs to its acquisition, as with
+        ``threading.Lock``). Raises :class:`LockNotOwned` if we do not hold it,
+        :class:`LockLost` if the lease had run out (someone else may have held the key).
         """
-        holds = self.kit.holds
-        hold = self._here()
-        if hold is None:
-            if self._given_owner is not None:
-                if not self.kit.backend.release(self.full_key, self._given_owner):
-                    raise LockNotOwned(
-                        self.key, f"cannot release {self.key!r}: that owner token does not hold it"
-                    )
-                return
-            how = (
-                "this thread does not hold it through this handle (reentrant locks are "
-                "owned per thread; use reentrant=False to release from another thread)"
-                if self.reentrant
-                else "this handle does not hold it"
+        hold = self._let_go()
+        if isinstance(hold, Hold):
+            hold.release()
+        elif hold is not None:
+            self._given_released(self.kit.backend.release(self.full_key, hold))
+
+    async def arelease(self) -> None:
+        """:meth:`release` for a coroutine."""
+        hold = self._let_go()
+        if isinstance(hold, Hold):
+            await hold.arelease()
+        elif hold is not None:
+            self._given_released(await self.kit.backend.aio().release(self.full_key, hold))
+
+    def _given_released(self, released: bool) -> None:
+        if not released:
+            raise LockNotOwned(
+                self.key, f"cannot release {self.key!r}: that owner token does not hold it"
             )
-            raise LockNotOwned(self.key, f"cannot release {self.key!r}: {how}")
-        if hold.pid != os.getpid():
-            raise LockNotOwned(self.key, inherited_message(self.key, hold))
-        with holds.mutex:
-            if self.reentrant:
-                use: list[Any] = self._local.use
-                use[1] -= 1
-                if use[1] == 0:
-                    self._local.use = None
-            elif self._hold is hold:
-                self._hold = None
-            else:  # another thread released it first
-                raise LockNotOwned(self.key, f"cannot release {self.key!r}: already released")
-            hold.count -= 1
-            if hold.count > 0:
-                return
-            # Cleared before the store hears of it: see Hold.mark_lost.
-            hold.active = False
-            holds.drop(hold)
-            if self._last is hold:
-                self._last = None
-        hold.release()
 
     def hand_off(self, ttl: float | None = None) -> str:
         """Stop holding the lock here without freeing it, and return its owner token.
@@ -314,7 +270,7 @@ class Lock:
         holds = self.kit.holds
         with holds.mutex:
             if self.reentrant:
-                self._local.use = None
+                self._set_use(None, hold.task is not None)
             else:
                 self._hold = None
             hold.count = 0
@@ -330,21 +286,46 @@ class Lock:
         A lock taken without a lease (``ttl=None``) gets one: from then on it runs out like
         any other unless extended again, and ``auto_renew`` renews it.
         """
+        new_ttl, hold = self._to_extend(ttl)
+        if isinstance(hold, Hold):
+            unleased = hold.ttl is None
+            hold.extend(new_ttl, raise_on_loss=True)
+            self._extended(hold, unleased)
+        else:
+            self._given_extended(self.kit.backend.extend(self.full_key, hold, new_ttl))
+
+    async def aextend(self, ttl: float | None = None) -> None:
+        """:meth:`extend` for a coroutine."""
+        new_ttl, hold = self._to_extend(ttl)
+        if isinstance(hold, Hold):
+            unleased = hold.ttl is None
+            await hold.aextend(new_ttl)
+            self._extended(hold, unleased)
+        else:
+            done = await self.kit.backend.aio().extend(self.full_key, hold, new_ttl)
+            self._given_extended(done)
+
+    def _to_extend(self, ttl: float | None) -> tuple[float, Hold | str]:
+        """The new ttl, and the hold to extend or the given owner token to extend directly."""
         new_ttl = self._new_ttl(ttl, "extend")
         hold = self._view()
         if hold is None:
             if self._given_owner is None:
                 raise LockNotOwned(self.key, f"cannot extend {self.key!r}: not held")
-            if not self.kit.backend.extend(self.full_key, self._given_owner, new_ttl):
-                raise LockNotOwned(
-                    self.key, f"cannot extend {self.key!r}: that owner token does not hold it"
-                )
-            return
+            return new_ttl, self._given_owner
         self.check()
-        unleased = hold.ttl is None
-        hold.extend(new_ttl, raise_on_loss=True)
+        return new_ttl, hold
+
+    @staticmethod
+    def _extended(hold: Hold, unleased: bool) -> None:
         if unleased:
             watch(hold)  # a lease now: the watchdog renews it or reports its end
+
+    def _given_extended(self, done: bool) -> None:
+        if not done:
+            raise LockNotOwned(
+                self.key, f"cannot extend {self.key!r}: that owner token does not hold it"
+            )
 
     def _new_ttl(self, ttl: float | None, verb: str) -> float:
         """The lease ``extend``/``hand_off`` sets: ``ttl``, else the lock's own."""
@@ -359,12 +340,20 @@ class Lock:
 
     def __enter__(self) -> Lock:
         if not self.acquire():
-            raise LockTimeout(
-                self.key,
-                f"lock {self.key!r} is held elsewhere"
-                + (f"; gave up after {self.timeout:g} s" if self.timeout else ""),
-            )
+            raise self._timed_out()
         return self
+
+    async def __aenter__(self) -> Lock:
+        if not await self.aacquire():
+            raise self._timed_out()
+        return self
+
+    def _timed_out(self) -> LockTimeout:
+        return LockTimeout(
+            self.key,
+            f"lock {self.key!r} is held elsewhere"
+            + (f"; gave up after {self.timeout:g} s" if self.timeout else ""),
+        )
 
     def __exit__(
         self,
@@ -373,3 +362,16 @@ class Lock:
         tb: TracebackType | None,
     ) -> None:
         release_leaving(self.release, exc)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self.arelease()
+        except LockNotOwned as lost:
+            if exc is None:
+                raise
+            exc.add_note(f"lockkit: {lost}")

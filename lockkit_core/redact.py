@@ -42,6 +42,16 @@ def redact_url(url: str) -> str:
     # The authority runs to the first '/', '?' or '#'; its userinfo to its last '@' (a raw
     # '@' in a password must not leave the password's tail behind).
     end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    first_colon = rest.find(":")
+    if "@" not in rest[:end] and 0 <= first_colon < end and "@" in rest[end:]:
+        # A raw '/', '?' or '#' in a password ends the authority too early: with a user
+        # and a ':' before it and an '@' after it, the userinfo runs to the last '@' before
+        # the '/' that follows the first such '@' (an '@' in the path or query then may
+        # hide more than the password, never less).
+        first_at = rest.find("@", end)
+        slash = rest.find("/", first_at)
+        last_at = rest.rfind("@", 0, len(rest) if slash < 0 else slash)
+        end = min((i for i in (rest.find(c, last_at) for c in "/?#") if i >= 0), default=len(rest))
     authority, tail = rest[:end], rest[end:]
     userinfo, at, hosts = authority.rpartition("@")
     if at:

@@ -19,7 +19,7 @@ from .backends.base import Backend
 from .errors import BackendNotInstalled, ConfigError
 from .url import LockURL, parse_url
 
-__all__ = ["backend_class", "create_backend", "known_schemes"]
+__all__ = ["backend_class", "check_installed", "create_backend", "known_schemes"]
 
 _BUILTIN: dict[str, str] = {
     "memory": "lockkit_core.backends.memory:MemoryBackend",
@@ -29,6 +29,12 @@ _BUILTIN: dict[str, str] = {
     "unix": "lockkit_core.backends.redis:RedisBackend",
     "zookeeper": "lockkit_core.backends.zookeeper:ZooKeeperBackend",
     "etcd": "lockkit_core.backends.etcd:EtcdBackend",
+    "postgresql": "lockkit_core.backends.sql.postgres:PostgresBackend",
+    "postgres": "lockkit_core.backends.sql.postgres:PostgresBackend",
+    "sqlite": "lockkit_core.backends.sql.sqlite:SqliteBackend",
+    "mysql": "lockkit_core.backends.sql.mysql:MySQLBackend",
+    "mariadb": "lockkit_core.backends.sql.mysql:MySQLBackend",
+    "django": "lockkit_core.backends.sql.django:DjangoBackend",
 }
 
 
@@ -63,7 +69,7 @@ def backend_class(scheme: str) -> type[Backend]:
     return cls
 
 
-def _check_installed(cls: type[Backend], scheme: str) -> None:
+def check_installed(cls: type[Backend], scheme: str) -> None:
     if cls.requires is None:
         return
     try:
@@ -76,5 +82,5 @@ def create_backend(url: str | LockURL, options: Mapping[str, Any] | None = None)
     """Construct the backend that ``url`` names."""
     parsed = url if isinstance(url, LockURL) else parse_url(url)
     cls = backend_class(parsed.scheme)
-    _check_installed(cls, parsed.scheme)
+    check_installed(cls, parsed.scheme)
     return cls(parsed, dict(options or {}))

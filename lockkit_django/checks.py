@@ -6,7 +6,8 @@ lockkit.E001   the URL is malformed or names an unknown scheme
 lockkit.E002   the backend's extra is not installed
 lockkit.E003   a malformed setting, option or middleware rule
 lockkit.E004   (``--deploy``) the lock store cannot be reached
-lockkit.E005   a ``LockViewMixin``'s ``lock_key`` names a URL argument its route lacks
+lockkit.E005   a locked view's key names a URL argument its route does not capture
+lockkit.E006   ``ttl=None`` (no lease) on a store that needs a lease
 lockkit.W001   ``memory://``: each process has its own locks
 lockkit.W002   a lock ttl shorter than the server's request timeout, without renewal
 lockkit.W003   the default ``file://`` temp directory with ``DEBUG=False``
@@ -27,7 +28,9 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from lockkit_core import BackendNotInstalled, BackendUnavailable, ConfigError, LockKitError
-from lockkit_core.registry import _check_installed, backend_class
+from lockkit_core.guard import RequestRule
+from lockkit_core.registry import backend_class, check_installed
+from lockkit_core.store_warnings import unshared_store_warnings
 from lockkit_core.url import parse_url
 
 from .conf import AdapterSettings, lockkit_state, parse_settings
@@ -35,6 +38,7 @@ from .conf import AdapterSettings, lockkit_state, parse_settings
 __all__ = ["check_deploy", "check_settings", "check_view_keys"]
 
 _DOCS = "see the 'Django' section of lockkit's README"
+_URL = "LOCKKIT['URL']"
 
 
 def _url_errors(raw: Any) -> list[CheckMessage]:
@@ -44,7 +48,7 @@ def _url_errors(raw: Any) -> list[CheckMessage]:
         return []
     try:
         scheme = parse_url(url).scheme
-        _check_installed(backend_class(scheme), scheme)
+        check_installed(backend_class(scheme), scheme)
     except BackendNotInstalled as exc:
         return [_not_installed(str(exc))]
     except ConfigError as exc:
@@ -87,16 +91,23 @@ def _request_timeout() -> float | None:
 def _warnings(parsed: AdapterSettings, raw: Any) -> list[CheckMessage]:
     found: list[CheckMessage] = []
     scheme = parse_url(parsed.config.url).scheme
-    if scheme == "memory":
-        found.append(
-            Warning(
-                "LOCKKIT['URL'] is memory://: locks are held per process, so the worker "
-                "processes of a deployment (gunicorn, uwsgi, celery) do not exclude each other.",
-                hint="Use redis://... or a shared file:// directory; silence lockkit.W001 only "
-                "for a single-process server or tests.",
-                id="lockkit.W001",
+    # None (os.environ.get of an unset variable) is no URL: the default applies.
+    url_given = isinstance(raw, dict) and any(
+        str(k).upper() == "URL" and v is not None for k, v in raw.items()
+    )
+    # The core words these warnings (as for Flask and Celery); Django adds the check ids.
+    # The default file:// store is fine for runserver: W003 only with DEBUG off.
+    for text in unshared_store_warnings(parsed.config, url_given=url_given, setting=_URL):
+        if scheme == "memory":
+            found.append(
+                Warning(
+                    text,
+                    hint="Silence lockkit.W001 only for a single-process server or tests.",
+                    id="lockkit.W001",
+                )
             )
-        )
+        elif not settings.DEBUG:
+            found.append(Warning(text, id="lockkit.W003"))
     timeout = _request_timeout()
     if timeout is not None and not parsed.config.auto_renew:
         short = [("LOCKKIT['TTL']", parsed.config.ttl)]
@@ -117,18 +128,6 @@ def _warnings(parsed: AdapterSettings, raw: Any) -> list[CheckMessage]:
                     )
                 )
     found.extend(_idempotency_warnings(parsed, raw))
-    url_given = isinstance(raw, dict) and any(str(k).upper() == "URL" for k in raw)
-    if scheme == "file" and not url_given and not settings.DEBUG:
-        found.append(
-            Warning(
-                f"lockkit uses its default {parsed.config.url}, under the system temp "
-                "directory: services that see their own /tmp (systemd PrivateTmp, other "
-                "users, containers) share no locks with this one.",
-                hint="Set LOCKKIT['URL'] to a directory every service shares, such as "
-                "'file:///var/lib/myapp/locks', or to a lock server ('redis://...').",
-                id="lockkit.W003",
-            )
-        )
     return found
 
 
@@ -233,43 +232,80 @@ def check_deploy(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     return []
 
 
+def _view_rules(callback: Any) -> list[tuple[str, RequestRule]]:
+    """The rules a URL pattern's view runs under, each with the name to report: a
+    ``@lock_view`` function (also around ``View.as_view()``), a ``dispatch`` decorated with
+    ``method_decorator(lock_view(...))``, a ``LockViewMixin``."""
+    from .views import RULE, LockViewMixin
+
+    found: dict[int, tuple[str, RequestRule]] = {}
+    view = getattr(callback, "view_class", None)
+    if isinstance(view, type):
+        rule = getattr(getattr(view, "dispatch", None), RULE, None)
+        if isinstance(rule, RequestRule):
+            found[id(rule)] = (f"{view.__qualname__}.dispatch", rule)
+        if issubclass(view, LockViewMixin) and view.lock_key is not None:
+            rule = view.lock_rule()
+            found[id(rule)] = (f"{view.__qualname__}.lock_key", rule)
+    # as_view() copies dispatch's attributes onto the view function: the same rule again.
+    rule = getattr(callback, RULE, None)
+    if isinstance(rule, RequestRule) and id(rule) not in found:
+        found[id(rule)] = (getattr(callback, "__qualname__", repr(callback)), rule)
+    return list(found.values())
+
+
 @register(Tags.urls)
 def check_view_keys(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """E005: a class-based view's ``lock_key`` names a URL argument that a route serving it
-    does not capture (``@lock_view`` checks the function's parameters when it decorates)."""
+    """Walk the URLs: E005, a locked view's key names a URL argument its route does not
+    capture; E006, a view's or a middleware rule's ``ttl=None`` on a store that needs a
+    lease. (``@lock_view`` checks a function's own parameters when it decorates.)"""
     from django.urls import URLResolver, get_resolver
 
-    from .views import LockViewMixin
-
     found: list[CheckMessage] = []
+    try:
+        kit = lockkit_state().kit
+    except ConfigError:
+        kit = None  # check_settings reports it
+
+    def check_store(rule: RequestRule, where: str) -> None:
+        if kit is None:
+            return
+        try:
+            rule.check_store(kit, where)
+        except ConfigError as exc:
+            found.append(
+                Error(str(exc), hint="Give the rule a ttl, or use a store that holds locks "
+                      "without a lease.", id="lockkit.E006")
+            )  # fmt: skip
 
     def walk(patterns: Any, captured: frozenset[str]) -> None:
         for entry in patterns:
             names = captured | set(entry.pattern.regex.groupindex)
+            names |= set(getattr(entry, "default_args", None) or ())  # path(..., kwargs=)
             if isinstance(entry, URLResolver):
                 walk(entry.url_patterns, names)
                 continue
-            view = getattr(entry.callback, "view_class", None)
-            if not (isinstance(view, type) and issubclass(view, LockViewMixin)):
-                continue
-            if view.lock_key is None:
-                continue
             try:
-                fields = view.lock_rule().key.url_fields()
+                rules = _view_rules(entry.callback)
             except ConfigError as exc:
-                found.append(Error(f"{view.__qualname__}: {exc}", id="lockkit.E005"))
+                found.append(Error(str(exc), id="lockkit.E005"))
                 continue
-            missing = [f for f in fields if f not in names]
-            if missing:
-                found.append(
-                    Error(
-                        f"{view.__qualname__}.lock_key {view.lock_key!r} names "
-                        f"{', '.join(missing)}, which the URL pattern {str(entry.pattern)!r} "
-                        f"does not capture (it captures: {', '.join(sorted(names)) or 'none'})",
-                        hint="Fix the key template, or capture the argument in the URL.",
-                        id="lockkit.E005",
+            for name, rule in rules:
+                check_store(rule, name)
+                missing = [f for f in rule.key.url_fields() if f not in names]
+                if missing:
+                    found.append(
+                        Error(
+                            f"{name} {rule.key.template!r} names {', '.join(missing)}, which "
+                            f"the URL pattern {str(entry.pattern)!r} does not capture (it "
+                            f"captures: {', '.join(sorted(names)) or 'none'})",
+                            hint="Fix the key template, or capture the argument in the URL.",
+                            id="lockkit.E005",
+                        )
                     )
-                )
 
     walk(get_resolver().url_patterns, frozenset())
+    if kit is not None:
+        for i, rule in enumerate(lockkit_state().settings.rules):
+            check_store(rule, f"LOCKKIT['MIDDLEWARE']['RULES'][{i}] ({rule.path.pattern!r})")
     return found

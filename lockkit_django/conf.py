@@ -35,6 +35,7 @@ from django.conf import settings
 
 from lockkit_core import ConfigError, LockKitConfig
 from lockkit_core import LockKit as CoreKit
+from lockkit_core.config import CORE_SETTINGS
 from lockkit_core.guard import GUARD_SETTINGS, Counts, GuardContext, GuardSettings
 
 from .idempotency.settings import IdempotencySettings, parse_idempotency
@@ -54,7 +55,6 @@ __all__ = [
     "secret_key",
 ]
 
-CORE_SETTINGS: Final = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
 ADAPTER_SETTINGS: Final = (*GUARD_SETTINGS, "MIDDLEWARE", "TASKS", "IDEMPOTENCY")
 
 log = logging.getLogger("lockkit.django")

@@ -1,14 +1,14 @@
-"""What ends a request's lock in Django: the response's ``close`` for a stream, the commit
-under ``ATOMIC_REQUESTS``, or the view's return.
+"""What ends a request's lock in Django: the response's ``close``, which the handler calls
+after the request's transaction (``ATOMIC_REQUESTS``) has committed or rolled back, so the
+next request sees the data and a rollback frees the lock as surely as a commit.
 
-Inside a transaction the lock is released after the commit (``transaction.on_commit``), so
-the next request sees the data. If the commit itself fails, Django drops the callback and the
-handle with it: the core stops renewing a dropped hold, so it frees within its ttl.
+:func:`after_commit` is for work that must follow a commit (the idempotency layer's record).
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 
 from django.db import connections, transaction
@@ -43,19 +43,26 @@ def _in_atomic_block(conn: BaseDatabaseWrapper) -> bool:
 
 
 def release_with(response: HttpResponseBase, release: Callable[[], None]) -> HttpResponseBase:
-    """Hand ``release`` to whatever ends the request: a stream's close, the commit, or now."""
-    if not response.streaming:
-        after_commit(release)
-        return response
-    close = response.close
+    """Release when the response is closed: Django's handler (and its test client) closes
+    every response after the view's transaction committed or rolled back, and a server
+    closes a stream when its bytes are sent or the client goes away. A response a later
+    middleware replaces is never closed: it releases when it is dropped."""
+    # No strong reference from the wrapper back to the response: that cycle would keep a
+    # replaced response (and the lock) alive until the garbage collector runs.
+    own = response.__dict__.get("close")  # a wrapper set on this response before ours
+    ref = weakref.ref(response)
 
     def close_then_release() -> None:
         try:
-            close()
+            if own is not None:
+                own()
+            elif (live := ref()) is not None:
+                type(live).close(live)
         finally:
             release()
 
-    # An instance attribute: the server calls response.close() when the stream ends or the
-    # client goes away; the lock must not outlive the bytes it protects.
+    # An instance attribute: the lock must not outlive the bytes it protects.
     response.close = close_then_release  # type: ignore[method-assign]
+    # The finalizer holds ``release``, not the response; ``release`` runs at most once.
+    weakref.finalize(response, release)
     return response

@@ -13,20 +13,21 @@ from flask import Flask, current_app
 
 from lockkit_core import Admin, ConfigError, Lock, LockKitConfig
 from lockkit_core import LockKit as CoreKit
-from lockkit_core.config import UNSET
+from lockkit_core.config import CORE_SETTINGS, UNSET
 from lockkit_core.guard import GUARD_SETTINGS, GuardContext, GuardSettings
 from lockkit_core.rwlock import RWLock
 from lockkit_core.semaphore import Semaphore
 from lockkit_core.store_warnings import unshared_store_warnings
 
 from .errors import PROBLEMS
+from .release import watch
+from .view_functions import BLUEPRINT_RULES, ViewFunctions
 
 __all__ = ["EXTENSION_KEY", "LockKit", "LockKitState", "lock_lost", "state_of"]
 
 log = logging.getLogger("lockkit.flask")
 
 EXTENSION_KEY: Final = "lockkit"
-_CORE_SETTINGS = ("URL", "NAMESPACE", "TTL", "AUTO_RENEW", "TIMEOUT", "OPTIONS")
 
 #: Sent (sender: the app; ``lock``, ``route``, ``error``) when a route's lock was lost while
 #: its view ran, or could not be released: the response stands, exclusion was not certain.
@@ -122,37 +123,47 @@ class LockKit:
 
     def init_app(self, app: Flask) -> None:
         """Read the app's settings and open its kit (no connection is made until first use)."""
-        from .route import ViewFunctions
-
         if EXTENSION_KEY in app.extensions:
             raise ConfigError(f"lockkit is already set up on the Flask app {app.name!r}")
         settings = app.config.get_namespace("LOCKKIT_", lowercase=False, trim_namespace=True)
-        unknown = sorted(set(settings) - {*_CORE_SETTINGS, *GUARD_SETTINGS})
+        unknown = sorted(set(settings) - {*CORE_SETTINGS, *GUARD_SETTINGS})
         if unknown:
             raise ConfigError(
                 f"unknown setting {', '.join('LOCKKIT_' + k for k in unknown)} in "
-                f"app.config; known: {', '.join('LOCKKIT_' + k for k in _CORE_SETTINGS)}, "
+                f"app.config; known: {', '.join('LOCKKIT_' + k for k in CORE_SETTINGS)}, "
                 f"{', '.join('LOCKKIT_' + k for k in GUARD_SETTINGS)}"
             )
-        core = {k: v for k, v in settings.items() if k in _CORE_SETTINGS}
+        core = {k: v for k, v in settings.items() if k in CORE_SETTINGS}
         config = LockKitConfig.from_mapping(core, **self._core_overrides)
         guard = {k: settings.get(k, UNSET) for k in GUARD_SETTINGS}
         guard.update({k: v for k, v in self._guard_overrides.items() if v is not UNSET})
         guard_settings = GuardSettings.from_mapping(guard, "LOCKKIT_{}")
-        url_given = "URL" in settings or self._core_overrides["url"] is not UNSET
+        # None (os.environ.get of an unset variable) is no URL: the default applies.
+        url_given = settings.get("URL") is not None or self._core_overrides["url"] not in (
+            UNSET,
+            None,
+        )
         for warning in unshared_store_warnings(config, url_given=url_given, setting="LOCKKIT_URL"):
             log.warning("%s (Flask app %r)", warning, app.name)
         kit = CoreKit(config=config)
+        try:
+            # @lock_route written above @app.route leaves the bare view registered: the
+            # app's view functions find its locked wrapper (also for views registered
+            # before now), and check every rule against the store.
+            views = ViewFunctions(app, kit)
+            for blueprint in app.blueprints.values():
+                for rule in getattr(blueprint, BLUEPRINT_RULES, ()):
+                    rule.check_store(kit, f"blueprint {blueprint.name!r}")
+        except ConfigError:
+            kit.close()
+            raise
+        app.view_functions = views
+        watch(app)
         app_config = app.config  # not the app: the state must not keep it alive
         app.extensions[EXTENSION_KEY] = LockKitState(
             kit, guard_settings, log, PROBLEMS, on_lost=[_signal_lost(app)],
             secret=lambda: app_config.get("SECRET_KEY"),
         )  # fmt: skip
-        # @lock_route written above @app.route leaves the bare view registered: the app's
-        # view functions swap it for the locked one (also those registered before now).
-        views = ViewFunctions(app.view_functions)
-        views.adopt()
-        app.view_functions = views
         # Not on app-context teardown: that runs after every request. The kit lives as long
         # as its app; weakref.finalize also runs at interpreter exit.
         weakref.finalize(app, kit.close)

@@ -3,78 +3,41 @@ same for every view of a blueprint. Every decision is the core guard's
 (:mod:`lockkit_core.guard`); this module supplies Flask's request and answers.
 
 ``@lock_route`` works written under ``@app.route`` (it wraps the view) and above it: the
-route was then registered with the bare view, and the view is swapped for its wrapper in
-``app.view_functions`` (see :class:`ViewFunctions`), so both orders run the same code and a
-request pays nothing for the check. The lock covers the whole response: it is released when
-the view returns or raises or, for a streamed response, when the stream is closed
-(``Response.call_on_close``). The view finds it in ``g.lockkit_lock``.
+route was then registered with the bare view, and the extension's ``app.view_functions``
+(see :class:`ViewFunctions`) finds the wrapper when a request looks the view up, so both
+orders run the same code. The lock covers the whole response: it is released when the
+view raises, when the request's final response is finished or, for a streamed one, when the
+stream is closed (see :mod:`lockkit_flask.release`). The view finds it in ``g.lockkit_lock``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import inspect
 import warnings
-import weakref
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from flask import Blueprint, Response, current_app, g, request
+from flask.sansio.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 
+from lockkit_core import Lock
 from lockkit_core.config import UNSET
-from lockkit_core.guard import NOT_LOCKED, Outcome, RequestRule, Scope
+from lockkit_core.guard import GuardContext, Outcome, Problem, RequestRule, Scope
+from lockkit_core.guard.run import Hooks, Values, arun, begin, run
 
 from .errors import RequestLocked
-from .extension import state_of
-from .sources import ALL_SOURCES, Values, check_template
+from .extension import EXTENSION_KEY, state_of
+from .release import hold_until_finished
+from .sources import ALL_SOURCES, check_template
+from .sources import Values as FlaskValues
+from .view_functions import BLUEPRINT_RULES, ViewFunctions, attach
 
 __all__ = ["OnBusy", "ViewFunctions", "lock_blueprint", "lock_route"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 OnBusy = Callable[[Any, RequestLocked], ResponseReturnValue]
-_OUTCOMES = "_lockkit_outcomes"
-
-#: The attribute of a bare view that holds the wrapper ``@lock_route`` made of it (on the
-#: function, not in a weak map: the wrapper refers to the view, which would keep it alive).
-_WRAPPER = "__lockkit_wrapper__"
-#: Where each bare view is registered: an app's view functions and the endpoint.
-_registered: weakref.WeakKeyDictionary[
-    Callable[..., Any], list[tuple[weakref.ref[ViewFunctions], str]]
-] = weakref.WeakKeyDictionary()
-
-
-class ViewFunctions(dict[str, Callable[..., Any]]):
-    """``app.view_functions`` of an app with the extension: a view ``@lock_route`` has
-    decorated is registered as its wrapper, and a view registered before ``@lock_route``
-    decorated it (the decorator written above ``@app.route``) is swapped for the wrapper
-    then. Either way the route is locked, and no request pays for the check."""
-
-    def __setitem__(self, endpoint: str, view: Callable[..., Any]) -> None:
-        wrapper = getattr(view, _WRAPPER, None)
-        if wrapper is None:
-            # A view that takes no weak reference (a builtin) is never one of ours.
-            with contextlib.suppress(TypeError):
-                _registered.setdefault(view, []).append((weakref.ref(self), endpoint))
-        super().__setitem__(endpoint, view if wrapper is None else wrapper)
-
-    def adopt(self) -> None:
-        """Swap every view already registered that ``@lock_route`` has decorated."""
-        for endpoint, view in list(self.items()):
-            self[endpoint] = view
-
-
-def _swap_registered(view: Callable[..., Any], wrapper: Callable[..., Any]) -> None:
-    try:
-        setattr(view, _WRAPPER, wrapper)
-    except AttributeError:  # a callable object without a __dict__: registered by hand
-        return
-    for ref, endpoint in _registered.pop(view, []):
-        views = ref()
-        if views is not None and views.get(endpoint) is view:
-            dict.__setitem__(views, endpoint, wrapper)
 
 
 def _on_busy(on_busy: Callable[..., Any] | None) -> OnBusy | None:
@@ -103,73 +66,50 @@ def _rule(key: Any, on_busy: Callable[..., Any] | None, **options: Any) -> Reque
     return rule
 
 
-def decide(rule: RequestRule) -> Outcome:
-    """The guard's outcome for the current request (may wait for the lock)."""
-    state = state_of(current_app)
-    if not rule.applies(state, request.method):
-        return NOT_LOCKED
-    route = request.endpoint or request.path
+def _values(rule: RequestRule) -> Values:
     if rule.key.func is not None:
-        return rule.decide(state, route, lambda func: func())
-    return rule.decide(state, route, Values(request.view_args or {}))
+        return lambda func: func()
+    return FlaskValues(request.view_args or {})
 
 
-def refuse(rule: RequestRule, outcome: Outcome) -> ResponseReturnValue:
-    """Answer a refused request: ``on_busy`` for a busy lock, else raise the HTTP error (so
-    ``@app.errorhandler`` may answer it)."""
-    refusal = outcome.refusal
-    if isinstance(refusal, RequestLocked) and rule.on_busy is not None:
-        rv: ResponseReturnValue = rule.on_busy(request, refusal)
+def _refuse(problem: Problem, answer: Any) -> ResponseReturnValue:
+    """``on_busy``'s answer, or the HTTP error raised (so ``@app.errorhandler`` may answer)."""
+    if answer is not None:
+        rv: ResponseReturnValue = answer
         return rv
-    assert isinstance(refusal, Exception)
-    raise refusal
+    assert isinstance(problem, Exception)
+    raise problem
 
 
-def hand_over(outcome: Outcome, response: Response) -> Response:
-    """Release now, or when a streamed response is closed (at the latest after
-    ``LOCKKIT_STREAM_MAX_HOLD``)."""
-    if outcome.lock is not None:
-        if response.is_streamed:
-            outcome.hold_stream()
-            response.call_on_close(outcome.release)
-        else:
-            outcome.release()
-    return response
+def _expose(lock: Lock | None) -> None:
+    g.lockkit_lock = lock  # .token fences writes; None: not locked
 
 
-def _wrap(rule: RequestRule, view: Callable[..., Any]) -> Callable[..., Any]:
+HOOKS: Final = Hooks[Any](refuse=_refuse, expose=_expose, attach=hold_until_finished)
+
+
+def _guard(rule: RequestRule, view: Callable[..., Any]) -> Callable[..., Any]:
+    def route() -> str:
+        return request.endpoint or request.path
+
     if inspect.iscoroutinefunction(view):
 
         @functools.wraps(view)
         async def locked_async_view(*args: Any, **kwargs: Any) -> Any:
-            # The wait happens in a worker thread (with this context): the loop runs on.
-            outcome = await asyncio.to_thread(decide, rule)
-            if outcome.refusal is not None:
-                return refuse(rule, outcome)
-            g.lockkit_lock = outcome.lock  # .token fences writes; None: not locked
-            try:
-                response = current_app.make_response(await view(*args, **kwargs))
-            except BaseException:
-                await asyncio.to_thread(outcome.release)
-                raise
-            if not response.is_streamed:
-                await asyncio.to_thread(outcome.release)
-            return hand_over(outcome, response)
+            async def call() -> Response:
+                return current_app.make_response(await view(*args, **kwargs))
+
+            state = state_of(current_app)
+            return await arun(rule, state, request, route(), _values(rule), call, HOOKS)
 
         return locked_async_view
 
     @functools.wraps(view)
     def locked_view(*args: Any, **kwargs: Any) -> Any:
-        outcome = decide(rule)
-        if outcome.refusal is not None:
-            return refuse(rule, outcome)
-        g.lockkit_lock = outcome.lock  # .token fences writes; None: not locked
-        try:
-            response = current_app.make_response(view(*args, **kwargs))
-        except BaseException:
-            outcome.release()
-            raise
-        return hand_over(outcome, response)
+        def call() -> Response:
+            return current_app.make_response(view(*args, **kwargs))
+
+        return run(rule, state_of(current_app), request, route(), _values(rule), call, HOOKS)
 
     return locked_view
 
@@ -201,35 +141,29 @@ def lock_route(
 
     def decorate(view: F) -> F:
         rule.key.check_view(view)
-        wrapper = _wrap(rule, view)
-        _swap_registered(view, wrapper)
+        wrapper = _guard(rule, view)
+        attach(view, wrapper, rule)
         return cast(F, wrapper)
 
     return decorate
 
 
 def _enter_hook(rule: RequestRule) -> ResponseReturnValue | None:
-    """A blueprint's ``before_request``: take the lock, or answer the refusal."""
-    outcome = decide(rule)
-    if outcome.refusal is not None:
-        return refuse(rule, outcome)
-    g.lockkit_lock = outcome.lock
+    """A blueprint's ``before_request``: take the lock (released as the request finishes),
+    or answer the refusal."""
+    route = request.endpoint or request.path
+    outcome = begin(rule, state_of(current_app), request, route, _values(rule), HOOKS)
+    if not isinstance(outcome, Outcome):
+        return outcome  # type: ignore[no-any-return]
     if outcome.lock is not None:
-        g.setdefault(_OUTCOMES, []).append(outcome)
+        hold_until_finished(None, outcome)
     return None
 
 
-def _leave_hook(response: Response) -> Response:
-    """A blueprint's ``after_request``: its locks end with the response (or its stream)."""
-    for outcome in g.pop(_OUTCOMES, []):
-        hand_over(outcome, response)
-    return response
-
-
-def _teardown_hook(_exc: BaseException | None) -> None:
-    """A view that raised never reached ``after_request``: release here."""
-    for outcome in g.pop(_OUTCOMES, []):
-        outcome.release()
+def _check_registered(rule: RequestRule, setup: BlueprintSetupState) -> None:
+    state = setup.app.extensions.get(EXTENSION_KEY)
+    if isinstance(state, GuardContext):
+        rule.check_store(state.kit, f"blueprint {setup.blueprint.name!r}")
 
 
 def lock_blueprint(
@@ -248,7 +182,9 @@ def lock_blueprint(
     rule = _rule(
         key, on_busy, wait=wait, ttl=ttl, methods=methods, scope=scope, fail_open=fail_open
     )
+    # Checked against each app's store as the blueprint is registered (or, registered
+    # before the extension, when the extension is set up).
+    blueprint.__dict__.setdefault(BLUEPRINT_RULES, []).append(rule)
+    blueprint.record(functools.partial(_check_registered, rule))
     blueprint.before_request(functools.partial(_enter_hook, rule))
-    blueprint.after_request(_leave_hook)
-    blueprint.teardown_request(_teardown_hook)
     return rule

@@ -16,8 +16,10 @@ from lockkit_core.registry import create_backend
 from lockkit_core.testing import RedisServer
 
 pytest_plugins = [
+    "async_support",
     "djtasks_fixtures",
     "etcd_fixtures",
+    "mariadb_fixtures",
     "postgres_fixtures",
     "web_fixtures",
     "zookeeper_fixtures",

@@ -306,10 +306,11 @@ def test_template_filling_to_an_empty_key(kit: LockKit) -> None:
         build("")
 
 
-def test_coroutine_functions_are_refused(kit: LockKit) -> None:
-    with pytest.raises(ConfigError, match=r"coroutine function.*lock inside it instead"):
+def test_coroutine_function_templates_are_checked(kit: LockKit) -> None:
+    # @kit.locked takes coroutine functions (it awaits the lock), with the same checks.
+    with pytest.raises(ConfigError, match=r"names m, which .*job' does not take"):
 
-        @kit.locked("job:{n}")
+        @kit.locked("job:{m}")
         async def job(n: int) -> None: ...
 
 

@@ -173,3 +173,32 @@ def test_a_release_that_finds_the_lease_gone_reports_it_lost_once(
     assert seen == [lock]
     time.sleep(0.05)
     assert seen == [lock], "reported once"
+
+
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "per-acquisition"])
+def test_a_dropped_handle_without_a_lease_frees_its_key_and_warns(
+    tmp_path: Path, reentrant: bool
+) -> None:
+    # No lease runs out: without this, the key stays held for the life of the process.
+    with LockKit(f"file://{tmp_path / 'locks'}") as kit:
+        with pytest.warns(ResourceWarning, match="'forever'.*dropped"):
+            lock = kit.lock("forever", ttl=None, reentrant=reentrant)
+            assert lock.acquire(timeout=5)
+            del lock
+            gc.collect()
+        assert kit.admin.info("forever") is None
+        again = kit.lock("forever", ttl=None, reentrant=reentrant)
+        assert again.acquire(timeout=0)
+        again.release()
+
+
+def test_a_lease_less_hold_re_entered_by_a_live_handle_is_kept(tmp_path: Path) -> None:
+    with LockKit(f"file://{tmp_path / 'locks'}") as kit:
+        first = kit.lock("kept", ttl=None)
+        assert first.acquire(timeout=5)
+        second = kit.lock("kept", ttl=None)
+        assert second.acquire(timeout=0)  # re-entered: the same hold
+        del first
+        gc.collect()
+        assert kit.admin.info("kept") is not None
+        second.release()

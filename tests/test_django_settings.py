@@ -143,6 +143,9 @@ def test_w002_ttl_shorter_than_the_request_timeout(monkeypatch: pytest.MonkeyPat
 def test_w003_default_temp_directory_without_debug() -> None:
     with override_settings(LOCKKIT={}, DEBUG=False):
         assert ids() == ["lockkit.W003"]
+    # os.environ.get() of an unset variable: no URL given either
+    with override_settings(LOCKKIT={"URL": None}, DEBUG=False):
+        assert ids() == ["lockkit.W003"]
     with override_settings(LOCKKIT={}, DEBUG=True):
         assert ids() == []
     with override_settings(LOCKKIT={"URL": "file:///var/tmp/shop-locks"}, DEBUG=False):

@@ -8,10 +8,11 @@ import json
 import logging
 import threading
 import time
+from typing import Any
 
 import pytest
 from django.db import connections
-from django.test import AsyncClient, Client, override_settings
+from django.test import AsyncClient, Client, TestCase, override_settings
 from djproject import views
 from djproject.models import Order, Product
 
@@ -100,6 +101,71 @@ def test_under_atomic_requests_the_lock_is_released_after_the_commit(client: Cli
     assert response.json()["in_atomic"] is True  # the view ran inside the request transaction
     assert views.COMMITS == [True]  # the lock was still held when the data was committed
     assert get_kit().admin.info("atomic:a") is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_request_releases_its_lock(client: Client) -> None:
+    # Django drops on_commit callbacks on a rollback: the lock must not wait for a commit.
+    connections["default"].settings_dict["ATOMIC_REQUESTS"] = True
+    try:
+        first = client.post("/rollback/a/")
+        second = client.post("/rollback/a/")
+    finally:
+        connections["default"].settings_dict["ATOMIC_REQUESTS"] = False
+    assert (first.status_code, second.status_code) == (400, 400)
+    assert get_kit().admin.info("rollback:a") is None  # not left to its 60 s lease
+
+
+@pytest.mark.django_db  # the test runs in a transaction that never commits, as in TestCase
+def test_inside_a_test_transaction_every_request_releases_its_lock(client: Client) -> None:
+    assert [client.post("/held/tc/").status_code for _ in range(2)] == [200, 200]
+    assert get_kit().admin.info("held:tc") is None
+
+
+class TestCaseRequests(TestCase):
+    """A plain django.test.TestCase, as a project's own tests use."""
+
+    def test_two_posts_to_one_locked_view_both_run(self) -> None:
+        assert self.client.post("/held/dtc/").status_code == 200
+        assert self.client.post("/held/dtc/").status_code == 200
+
+
+def test_request_lockkit_lock_is_none_when_the_request_does_not_lock(client: Client) -> None:
+    assert client.post("/maybe/a/").json() == {"locked": True}
+    assert client.get("/maybe/a/").json() == {"locked": False}  # methods=["POST"]
+    with override_settings(LOCKKIT={"URL": "memory://off", "ENABLED": False}):
+        assert client.post("/maybe/a/").json() == {"locked": False}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_view_reads_user_and_session_in_the_request_thread() -> None:
+    # A connection opened in a plain worker thread is outside the request cycle: Django
+    # never closes it (CONN_MAX_AGE, close_old_connections do not apply there).
+    from django.contrib.auth.models import User
+    from django.db.backends.signals import connection_created
+
+    user = User.objects.create_user("cat", password="pw")
+    opened_in: list[str] = []
+
+    def opened(sender: object, connection: object, **_: object) -> None:
+        opened_in.append(threading.current_thread().name)
+
+    async def go() -> object:
+        client = AsyncClient()
+        await client.aforce_login(user)
+        session = await client.asession()
+        await session.aset("cart", "c7")
+        await session.asave()
+        connections.close_all()
+        connection_created.connect(opened)
+        try:
+            return await client.post("/async-user/")
+        finally:
+            connection_created.disconnect(opened)
+
+    response = asyncio.run(go())
+    assert response.json() == {"key": f"auser:{user.pk}:c7"}  # type: ignore[attr-defined]
+    assert not [name for name in opened_in if name.startswith("asyncio")], opened_in
 
 
 @pytest.mark.django_db
@@ -224,6 +290,26 @@ async def waiting_does_not_block_the_loop() -> None:
     assert ticks >= 10, f"the loop ran only {ticks} ticks while the view waited 0.5 s"
 
 
+def test_async_views_waiting_for_a_lock_park_no_thread() -> None:
+    asyncio.run(waiting_parks_no_thread())
+
+
+async def waiting_parks_no_thread() -> None:
+    lock = get_kit().lock("slow:p", reentrant=False)
+    await lock.aacquire()
+    client = AsyncClient()
+    # One request first: whatever threads Django's sync middleware adapters use are started.
+    assert (await client.post("/async/warm/")).json() == {"held": True}
+    before = threading.active_count()
+    waiting = [asyncio.create_task(client.post("/async/p/")) for _ in range(20)]
+    await asyncio.sleep(0.3)  # all twenty wait for the lock
+    during = threading.active_count()
+    await lock.arelease()
+    answers = await asyncio.gather(*waiting)
+    assert [answer.json() for answer in answers] == [{"held": True}] * 20
+    assert during - before <= 1, f"{during - before} threads more while 20 requests waited"
+
+
 def test_a_mixin_without_a_key_is_a_config_error() -> None:
     from django.views import View
 
@@ -272,6 +358,7 @@ def test_lock_view_mixin_answers_a_busy_lock_with_its_on_busy() -> None:
     assert (response.status_code, response.content) == (202, b"queued behind refund:5")
 
 
+@pytest.mark.django_db  # response.close() sends request_finished, which closes connections
 def test_a_lost_lock_keeps_the_response_and_is_signalled() -> None:
     from django.http import HttpRequest, HttpResponse
     from django.test import RequestFactory
@@ -293,6 +380,7 @@ def test_a_lost_lock_keeps_the_response_and_is_signalled() -> None:
     try:
         before = lockkit_state().counts["lost"]
         response = refund(RequestFactory().post("/refund/9/"))
+        response.close()  # as Django's handler does: the lock ends with the response
     finally:
         lock_lost.disconnect(on_lost)
     assert (response.status_code, response.content) == (200, b"refunded")
@@ -334,3 +422,53 @@ def test_a_mixin_key_naming_what_its_url_does_not_capture_fails_the_checks() -> 
     assert len(found) == 1, found
     assert "Refund" in found[0].msg
     assert "ordr_id" in found[0].msg
+
+
+class ReplaceStreams:
+    """A middleware that answers in place of a streamed response (and never closes it)."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        response = self.get_response(request)
+        if getattr(response, "streaming", False):
+            from django.http import HttpResponse
+
+            return HttpResponse("replaced")
+        return response
+
+
+@pytest.mark.django_db
+def test_a_stream_a_middleware_replaces_releases_its_lock(client: Client) -> None:
+    from django.conf import settings
+
+    with override_settings(MIDDLEWARE=[*settings.MIDDLEWARE, f"{__name__}.ReplaceStreams"]):
+        response = client.get("/stream/r/")
+    assert response.content == b"replaced"
+    assert get_kit().admin.info("stream:r") is None
+
+
+def test_a_mixin_after_view_in_the_bases_is_a_config_error() -> None:
+    from django.views import View
+
+    from lockkit_core import ConfigError
+    from lockkit_django import LockViewMixin
+
+    with pytest.raises(ConfigError, match=r"Wrong.*LockViewMixin, View"):
+
+        class Wrong(View, LockViewMixin):  # View.dispatch first: the mixin would never run
+            lock_key = "wrong"
+
+    class Logged:
+        def dispatch(self, *args: Any, **kwargs: Any) -> Any:
+            return super().dispatch(*args, **kwargs)  # type: ignore[misc]
+
+    class Fine(Logged, LockViewMixin, View):  # a mixin calling super() before it is fine
+        lock_key = "fine"
+
+    class Overridden(Fine):
+        def dispatch(self, *args: Any, **kwargs: Any) -> Any:
+            return super().dispatch(*args, **kwargs)
+
+    assert Overridden.lock_rule().key.template == "fine"

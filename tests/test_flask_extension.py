@@ -141,11 +141,12 @@ def test_the_kit_is_closed_when_its_app_is_collected(tmp_path: Path) -> None:
     ("config", "warned"),
     [
         ({}, "default file://"),
+        ({"LOCKKIT_URL": None}, "default file://"),  # os.environ.get() of an unset variable
         ({"LOCKKIT_URL": "memory://"}, "memory://"),
     ],
 )
 def test_a_store_other_processes_may_not_share_is_warned_about(
-    config: dict[str, str], warned: str, caplog: pytest.LogCaptureFixture
+    config: dict[str, str | None], warned: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = Flask("shop")
     app.config.update(config)

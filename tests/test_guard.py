@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -103,6 +104,29 @@ def test_a_request_never_waits_forever(wait: object) -> None:
         RequestRule("x", sources=SOURCES, wait=wait)
     with pytest.raises(ConfigError, match=r"LOCKKIT_WAIT is .* wait forever"):
         GuardSettings.from_mapping({"WAIT": wait})
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"methods": []}, "methods"),
+        ({"key": "seat:{row!z}"}, "!z"),
+    ],
+)
+def test_a_rule_that_could_never_lock_or_render_fails_when_it_is_made(
+    options: dict[str, object], named: str
+) -> None:
+    key = options.pop("key", "seat:{row}")
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        RequestRule(key, sources=SOURCES, **options)  # type: ignore[arg-type]
+
+
+def test_a_format_spec_that_does_not_fit_the_value_is_a_config_error(
+    context: GuardContext,
+) -> None:
+    rule = RequestRule("seat:{row:d}", sources=SOURCES)
+    with pytest.raises(ConfigError, match=r"book.*\{row:d\}"):
+        rule.decide(context, "book", {"row": "A"})
 
 
 def test_credentials_render_as_a_keyed_hash_stable_per_secret() -> None:

@@ -77,6 +77,9 @@ def test_a_password_in_options_never_shows() -> None:
         f"bogus://user:{SECRET}@127.0.0.1/",  # unknown scheme
         f"redis://user:{SECRET}@127.0.0.1:6379/0?sokcet_timeout=1",  # unknown option
         f"redis://user:{SECRET}@127.0.0.1:6379/0?socket_timeout=soon",  # bad option value
+        f"redis://:ab#{SECRET}@127.0.0.1:6379/0",  # a raw '#' in the password
+        f"redis://:pa/{SECRET}@127.0.0.1/0",  # a raw '/'
+        f"redis://:pa?{SECRET}@127.0.0.1/0",  # a raw '?'
     ],
 )
 def test_a_malformed_url_error_hides_the_password(url: str) -> None:
@@ -84,6 +87,23 @@ def test_a_malformed_url_error_hides_the_password(url: str) -> None:
         LockKit(url).close()
     assert SECRET not in str(caught.value), caught.value
     assert "***" in str(caught.value) or "user:" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:abc#def@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0"),
+        ("redis://u:pa/ss@h/0?db=1", "redis://u:***@h/0?db=1"),
+        ("redis://u:pa?ss@h/0", "redis://u:***@h/0"),
+        ("redis://u:p@ss@h/0#x", "redis://u:***@h/0#x"),
+        ("redis://h/0?q=a@b", "redis://h/0?q=a@b"),  # an '@' after the path is no userinfo
+        ("file:///tmp/a@b/locks", "file:///tmp/a@b/locks"),
+    ],
+)
+def test_userinfo_runs_to_the_last_at_before_the_host(url: str, shown: str) -> None:
+    from lockkit_core.redact import redact_url
+
+    assert redact_url(url) == shown
 
 
 def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

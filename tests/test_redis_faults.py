@@ -19,7 +19,7 @@ from holders import (
 
 from lockkit_core import BackendUnavailable, Lock, LockKit, LockLost, LockTimeout
 from lockkit_core.backends.base import owner_hint
-from lockkit_core.testing import RedisServer, TcpProxy
+from lockkit_core.testing import RedisServer, TcpProxy, free_port
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
@@ -479,3 +479,21 @@ def test_an_attempt_abandoned_in_an_outage_does_not_hold_the_key_after_it(
         check_no_ghost_holds_the_key(far, direct, "late", far_calls=far_calls)
     finally:
         far.close()
+
+
+@pytest.mark.parametrize("stale", ["yes", "no"], ids=["READONLY", "MASTERDOWN"])
+def test_a_demoted_server_is_unavailable_not_a_plain_error(
+    own_server: RedisServer, namespace: str, stale: str
+) -> None:
+    # A failover demotes the server under us: callers must see "unavailable" (503, fail
+    # open, "unreleased"), not a bare BackendError that a web adapter turns into a 500.
+    admin = redis.Redis(port=own_server.port)
+    with LockKit(own_server.url, namespace=namespace) as kit:
+        admin.config_set("replica-serve-stale-data", stale)
+        admin.replicaof("127.0.0.1", free_port())
+        try:
+            with pytest.raises(BackendUnavailable, match="replica"):
+                kit.lock("k").acquire(timeout=0)
+        finally:
+            admin.replicaof("no", "one")
+            admin.config_set("replica-serve-stale-data", "yes")

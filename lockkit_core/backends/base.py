@@ -16,11 +16,14 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import ConfigError, NotSupported
 from ..redact import HIDDEN, is_secret
 from ..url import LockURL
+
+if TYPE_CHECKING:
+    from .aio import AsyncOps
 
 __all__ = [
     "Backend",
@@ -154,11 +157,16 @@ class SleepWaiter(Waiter):
         self._cap = cap
 
     def wait(self, timeout: float) -> Grant | None:
-        delay = min(timeout, self._delay * random.uniform(0.5, 1.5))
-        self._delay = min(self._cap, self._delay * 2)
+        delay = self.next_delay(timeout)
         if delay > 0:
             time.sleep(delay)
         return None
+
+    def next_delay(self, timeout: float) -> float:
+        """The next pause, at most ``timeout``; each is about twice the last, up to the cap."""
+        delay = min(timeout, self._delay * random.uniform(0.5, 1.5))
+        self._delay = min(self._cap, self._delay * 2)
+        return max(0.0, delay)
 
 
 class Backend(ABC):
@@ -263,6 +271,14 @@ class Backend(ABC):
         """Register to be woken when ``key`` may be free. Register *before* the attempt that
         precedes the wait, so that a release in between is not missed."""
         return SleepWaiter()
+
+    def aio(self) -> AsyncOps:
+        """This store's asyncio operations (``Lock.aacquire`` and friends) for the running
+        event loop; :class:`NotSupported` on a store that has none."""
+        raise NotSupported(
+            f"the {self.url.scheme}:// backend has no asyncio API yet (aacquire, async with); "
+            "use memory://, file:// or redis://, or the blocking API outside the event loop"
+        )
 
     def queue_first(self) -> bool:
         """True if a blocking caller should get its waiter before its first attempt (a store

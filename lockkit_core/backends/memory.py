@@ -12,16 +12,20 @@ dropped and made again.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import math
 import os
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..url import LockURL
+from .aio import AsyncOps, AsyncWaiter, LocalOps
 from .base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_hint
 
 __all__ = ["MemoryBackend"]
@@ -42,6 +46,8 @@ class _Entry:
     changes: int = 0
     waiters: int = 0
     cond: threading.Condition | None = None
+    #: how to wake the asyncio waiters (each schedules its wake-up on its own event loop)
+    wakers: set[Callable[[], None]] = field(default_factory=set)
     queue: deque[str] = field(default_factory=deque)
 
     def held(self, now: float) -> bool:
@@ -83,6 +89,8 @@ class _Store:
         entry.changes += 1
         if entry.cond is not None and entry.waiters:
             entry.cond.notify_all()
+        for wake in entry.wakers:
+            wake()
         self.settle(key, entry, now)
 
     def settle(self, key: str, entry: _Entry, now: float) -> None:
@@ -95,6 +103,7 @@ class _Store:
         for key, entry in list(self.entries.items()):
             entry.waiters = 0
             entry.cond = None
+            entry.wakers.clear()
             entry.queue.clear()
             entry.changes += 1
             self.settle(key, entry, now)
@@ -191,6 +200,55 @@ class _MemoryWaiter(Waiter):
             store.settle(self._key, entry, now)
 
 
+class _AsyncMemoryWaiter(AsyncWaiter):
+    """A :class:`_MemoryWaiter`'s registration, waited on with an ``asyncio.Event`` that a
+    release (from any thread or task) sets through its loop's ``call_soon_threadsafe``."""
+
+    def __init__(self, store: _Store, key: str, owner: str, fair: bool) -> None:
+        loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+        self._registration = _MemoryWaiter(store, key, owner, fair)
+        self._wake = functools.partial(_wake_up, loop, self._event)
+        with store.lock:
+            self._registration._entry.wakers.add(self._wake)
+
+    async def wait(self, timeout: float) -> Grant | None:
+        registration = self._registration
+        entry = registration._entry
+        with registration._store.lock:
+            if entry.changes != registration._seen or timeout <= 0:
+                registration._seen = entry.changes
+                return None
+            # Cleared under the store's lock: a release after this sets it again.
+            self._event.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
+        return registration.wait(0.0)  # notes the change, without waiting
+
+    async def close(self, acquired: bool, *, reachable: bool = True) -> None:
+        registration = self._registration
+        with registration._store.lock:
+            registration._entry.wakers.discard(self._wake)
+        registration.close(acquired, reachable=reachable)
+
+
+def _wake_up(loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
+    with contextlib.suppress(RuntimeError):  # its loop was closed: nobody is waiting
+        loop.call_soon_threadsafe(event.set)
+
+
+class _MemoryOps(LocalOps):
+    """memory:// on an event loop: every operation is in-process and brief."""
+
+    def __init__(self, backend: MemoryBackend) -> None:
+        super().__init__(backend)
+        self._store = backend._store
+
+    async def waiter(self, key: str, owner: str, fair: bool) -> AsyncWaiter:
+        return _AsyncMemoryWaiter(self._store, key, owner, fair)
+
+
 class MemoryBackend(Backend):
     """Process-local store; a lock here means nothing to another process."""
 
@@ -265,6 +323,10 @@ class MemoryBackend(Backend):
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
         return _MemoryWaiter(self._store, key, owner, fair)
+
+    def aio(self) -> AsyncOps:
+        """Operations run inline (in-process and brief); waiters await an event."""
+        return _MemoryOps(self)
 
     def _lease(self, key: str, entry: _Entry, now: float) -> Lease:
         assert entry.owner is not None

@@ -1,5 +1,5 @@
-"""``RequestRule``: which requests lock, on what key, how long they wait; ``Outcome``: what
-the guard decided for one request (held / busy / store down / not locked) and how it ends.
+"""``RequestRule``: which requests lock, on what key, how long they wait; it decides, for one
+request, held / busy / store down / not locked (an :class:`~.outcome.Outcome`).
 
 An adapter supplies the request's method, its route's name and its sources, turns a refusal
 into its framework's response, exposes the held lock to the view, and calls
@@ -10,175 +10,26 @@ lock is ``reentrant=False``: it belongs to the request, so the thread that close
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
-from collections import Counter
+import functools
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from ..backends.base import Capability
 from ..config import UNSET, check_lock_ttl
-from ..errors import BackendUnavailable, ConfigError, LockLost, LockNotOwned
+from ..errors import BackendError, ConfigError
 from ..kit import LockKit
 from ..lock import Lock
-from . import deadlines
-from .credentials import Secret
-from .keys import KeyFunc, RequestKey, Source
-from .problems import (
-    LockStoreDown,
-    Problem,
-    RequestKeyInvalid,
-    RequestKeyMissing,
-    RequestLocked,
-)
-from .settings import GuardSettings, check_request_wait
+from .outcome import GuardContext, Outcome, in_loop
+from .problems import RequestKeyInvalid, RequestKeyMissing
+from .request_key import KeyFunc, RequestKey, Source
+from .settings import check_request_wait
 
-__all__ = [
-    "HTTP_METHODS",
-    "NOT_LOCKED",
-    "Counts",
-    "GuardContext",
-    "LostHook",
-    "Outcome",
-    "Problems",
-    "RequestRule",
-    "Scope",
-]
+__all__ = ["HTTP_METHODS", "RequestRule", "Scope"]
 
 HTTP_METHODS: Final = frozenset(
     {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
 )
 Scope = Literal["global", "route"]
-LostHook = Callable[[Lock, str, BaseException], None]
-
-
-class Counts(Counter[str]):
-    """Refused, unlocked and lost requests by event: ``busy``, ``unavailable``,
-    ``fail_open``, ``lost``, ``unreleased`` (and the idempotency layer's own)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._lock = threading.Lock()
-
-    def add(self, event: str) -> None:
-        """Count one ``event``; safe from any thread."""
-        with self._lock:
-            self[event] += 1
-
-
-@dataclass(frozen=True)
-class Problems:
-    """The error classes an adapter answers with (Flask's are also werkzeug exceptions)."""
-
-    busy: type[RequestLocked] = RequestLocked
-    down: type[LockStoreDown] = LockStoreDown
-    missing: type[RequestKeyMissing] = RequestKeyMissing
-    invalid: type[RequestKeyInvalid] = RequestKeyInvalid
-
-
-@dataclass
-class GuardContext:
-    """What one app (Flask) or one ``LOCKKIT`` value (Django) guards requests with.
-    ``secret``: the key credentials in lock keys are hashed with (the framework's
-    ``SECRET_KEY``); without one, a template naming a credential is a ConfigError."""
-
-    kit: LockKit
-    settings: GuardSettings
-    log: logging.Logger
-    problems: Problems = field(default_factory=Problems)
-    counts: Counts = field(default_factory=Counts)
-    on_lost: list[LostHook] = field(default_factory=list)
-    secret: Secret | None = None
-
-
-@dataclass
-class Outcome:
-    """One request's answer from the guard. ``refusal`` set: answer with it, run nothing.
-    Otherwise run the view; ``lock`` is the held lock (None: not locked, or failed open)."""
-
-    lock: Lock | None = None
-    refusal: Problem | None = None
-    route: str = ""
-    context: GuardContext | None = None
-    _once: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _deadline: deadlines.Deadline | None = field(default=None, repr=False)
-
-    def _take(self) -> Lock | None:
-        """The held lock, handed to exactly one caller: the stream's close and the
-        ``STREAM_MAX_HOLD`` timer may race."""
-        with self._once:
-            lock, self.lock = self.lock, None
-            deadline, self._deadline = self._deadline, None
-        if deadline is not None:
-            deadline.cancel()
-        return lock
-
-    def hold_stream(self) -> None:
-        """The response is a stream the client reads at its own pace: release the lock at
-        its close, or once ``STREAM_MAX_HOLD`` seconds have passed, whichever comes first;
-        the latter is logged, counted and told to the ``on_lost`` hooks (the rest of the
-        stream is sent unlocked)."""
-        context = self.context
-        limit = None if context is None else context.settings.stream_max_hold
-        if self.lock is None or limit is None:
-            return
-        deadline = deadlines.at(time.monotonic() + limit, lambda: self._expire(limit))
-        with self._once:
-            if self.lock is None:  # closed meanwhile
-                deadline.cancel()
-                return
-            self._deadline = deadline
-
-    def _expire(self, limit: float) -> None:
-        lock, context = self._take(), self.context
-        if lock is None or context is None:
-            return
-        context.counts.add("stream_max_hold")
-        context.log.warning(
-            "%s: lock %r released before its streamed response ended: the client read for "
-            "longer than STREAM_MAX_HOLD (%s s); the rest of the stream is sent unlocked",
-            self.route, lock.key, limit,
-        )  # fmt: skip
-        self._release(lock, context)
-        self._tell(context, lock, LockLost(lock.key, f"held past STREAM_MAX_HOLD ({limit} s)"))
-
-    def release(self) -> None:
-        """Give the lock back, once. A lease lost while the request ran (force-released,
-        expired) or a store down at release is logged with the key, counted and told to the
-        ``on_lost`` hooks; it never replaces the response, whose work is already done."""
-        lock, context = self._take(), self.context
-        if lock is None or context is None:
-            return
-        self._release(lock, context)
-
-    def _release(self, lock: Lock, context: GuardContext) -> None:
-        try:
-            lock.release()
-        except LockNotOwned as exc:
-            context.counts.add("lost")
-            context.log.error(
-                "%s: lock %r was lost while its request ran (another request may have run "
-                "meanwhile; the response stands): %s", self.route, lock.key, exc,
-            )  # fmt: skip
-            self._tell(context, lock, exc)
-        except BackendUnavailable as exc:
-            context.counts.add("unreleased")
-            context.log.error(
-                "%s: lock %r not released, the store is down (it frees within its ttl): %s",
-                self.route, lock.key, exc,
-            )  # fmt: skip
-            self._tell(context, lock, exc)
-
-    def _tell(self, context: GuardContext, lock: Lock, exc: BaseException) -> None:
-        for hook in context.on_lost:
-            try:
-                hook(lock, self.route, exc)
-            except Exception:  # a broken hook must not turn a finished request into a 500
-                context.log.exception("an on_lost hook failed for lock %r", lock.key)
-
-
-NOT_LOCKED: Final = Outcome()
 
 
 class RequestRule:
@@ -204,6 +55,11 @@ class RequestRule:
         if isinstance(methods, str):
             raise ConfigError(f"methods must be a list such as [{methods!r}], not a string")
         self.methods = None if methods is None else frozenset(str(m).upper() for m in methods)
+        if self.methods is not None and not self.methods:
+            raise ConfigError(
+                "methods=[] would never lock; leave methods out to lock every method, or "
+                "name some, e.g. methods=['POST']"
+            )
         if self.methods is not None and not self.methods <= HTTP_METHODS:
             raise ConfigError(
                 f"methods {sorted(self.methods - HTTP_METHODS)} are not HTTP methods; "
@@ -227,6 +83,17 @@ class RequestRule:
     def __repr__(self) -> str:
         return f"RequestRule({self.key.template or self.key.func!r})"
 
+    def check_store(self, kit: LockKit, where: str) -> None:
+        """A ConfigError naming ``where`` if this rule cannot lock on ``kit``'s store, so
+        the app fails when it is set up rather than on every request (no I/O)."""
+        if self.ttl is None and Capability.NO_LEASE not in kit.backend.capabilities:
+            raise ConfigError(
+                f"{where}: ttl=None (no lease) cannot be held on the "
+                f"{kit.backend.url.scheme}:// store, which frees a lock only when its lease "
+                "runs out; give a ttl (it is renewed while the request runs), or use "
+                "memory:// or file://"
+            )
+
     def applies(self, context: GuardContext, method: str) -> bool:
         """Whether a request with ``method`` locks at all (no I/O)."""
         return context.settings.enabled and (self.methods is None or method in self.methods)
@@ -242,6 +109,18 @@ class RequestRule:
         template reads, or a function that calls the key function with the framework's
         arguments. The outcome is held, refused (busy, store down, value missing) or, for a
         rule that fails open on a store that is down, not locked."""
+        key = self.key_for(context, route, values)
+        return key if isinstance(key, Outcome) else self.acquire(context, route, key)
+
+    def key_for(
+        self,
+        context: GuardContext,
+        route: str,
+        values: Mapping[str, Any] | Callable[[KeyFunc], object],
+    ) -> str | Outcome:
+        """The request's lock key, or the 400 refusal for a value the client did not send
+        (or one no key may hold: too long, a NUL).
+        Reads the request's sources (a user, a session: maybe the database), no lock I/O."""
         try:
             limit, invalid = context.settings.max_key_bytes, context.problems.invalid
             if self.key.func is not None:
@@ -257,27 +136,64 @@ class RequestRule:
             context.counts.add("bad_request")
             context.log.info("%s refused (400): %s", route, bad)
             return Outcome(refusal=bad, route=route)
-        if self.scope == "route":
-            key = f"{route}:{key}"
-        wait = context.settings.wait if self.wait is UNSET else self.wait
-        lock = context.kit.lock(key, ttl=self.ttl, reentrant=False)
+        return f"{route}:{key}" if self.scope == "route" else key
+
+    def acquire(self, context: GuardContext, route: str, key: str) -> Outcome:
+        """Try the lock on ``key``, waiting up to the rule's wait (lock I/O only)."""
+        lock, wait = self._lock(context, key)
         try:
             acquired = lock.acquire(timeout=wait)
-        except BackendUnavailable as exc:
-            if self.fail_open:
-                context.counts.add("fail_open")
-                context.log.warning(
-                    "%s runs WITHOUT its lock %r: the lock store is down and the rule fails "
-                    "open (%s)", route, key, exc,
-                )  # fmt: skip
-                return Outcome(route=route)
-            context.counts.add("unavailable")
-            context.log.error("%s refused (503): lock store down: %s", route, exc)
-            retry = context.settings.retry_after
-            return Outcome(refusal=context.problems.down(key, route, retry), route=route)
+        except BackendError as exc:  # down, demoted, or any other store failure
+            return self._failed(context, route, key, exc)
+        return self._answer(context, route, lock, acquired)
+
+    async def adecide(
+        self,
+        context: GuardContext,
+        route: str,
+        values: Mapping[str, Any] | Callable[[KeyFunc], object],
+    ) -> Outcome:
+        """:meth:`decide` from async code: the lock is awaited on the event loop
+        (``Lock.aacquire``), no thread per request, on stores with an asyncio API; on the
+        others the wait runs in a worker thread. The key is built here, on the loop."""
+        key = self.key_for(context, route, values)
+        return key if isinstance(key, Outcome) else await self.aacquire(context, route, key)
+
+    async def aacquire(self, context: GuardContext, route: str, key: str) -> Outcome:
+        """:meth:`acquire` from async code (see :meth:`adecide`)."""
+        lock, wait = self._lock(context, key)
+        try:
+            acquired = await in_loop(
+                lock,
+                functools.partial(lock.aacquire, timeout=wait),
+                functools.partial(lock.acquire, timeout=wait),
+            )
+        except BackendError as exc:
+            return self._failed(context, route, key, exc)
+        return self._answer(context, route, lock, acquired)
+
+    def _lock(self, context: GuardContext, key: str) -> tuple[Lock, float | None]:
+        wait = context.settings.wait if self.wait is UNSET else self.wait
+        return context.kit.lock(key, ttl=self.ttl, reentrant=False), wait
+
+    def _failed(self, context: GuardContext, route: str, key: str, exc: BackendError) -> Outcome:
+        if self.fail_open:
+            context.counts.add("fail_open")
+            context.log.warning(
+                "%s runs WITHOUT its lock %r: the lock store is down and the rule fails "
+                "open (%s)", route, key, exc,
+            )  # fmt: skip
+            return Outcome(route=route)
+        context.counts.add("unavailable")
+        context.log.error("%s refused (503): lock store down: %s", route, exc)
+        retry = context.settings.retry_after
+        return Outcome(refusal=context.problems.down(key, route, retry), route=route)
+
+    @staticmethod
+    def _answer(context: GuardContext, route: str, lock: Lock, acquired: bool) -> Outcome:
         if not acquired:
             context.counts.add("busy")
-            context.log.info("%s refused (409): %r is held", route, key)
+            context.log.info("%s refused (409): %r is held", route, lock.key)
             retry = context.settings.retry_after
-            return Outcome(refusal=context.problems.busy(key, route, retry), route=route)
+            return Outcome(refusal=context.problems.busy(lock.key, route, retry), route=route)
         return Outcome(lock=lock, route=route, context=context)

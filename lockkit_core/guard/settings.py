@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..config import UNSET, _parse_bool, check_timeout
+from ..config import UNSET, check_timeout, parse_bool
 from ..errors import ConfigError
 
 __all__ = ["GUARD_SETTINGS", "GuardSettings", "check_request_wait"]
@@ -98,7 +98,7 @@ class GuardSettings:
         ``name`` formats a setting's name for messages."""
         given = {k: v for k, v in values.items() if v is not UNSET}
         return cls(
-            enabled=_parse_bool(name.format("ENABLED"), given["ENABLED"])
+            enabled=parse_bool(name.format("ENABLED"), given["ENABLED"])
             if "ENABLED" in given
             else True,
             wait=check_request_wait(given["WAIT"], name.format("WAIT")) if "WAIT" in given else 0.0,

@@ -1,9 +1,10 @@
 """Test support shipped with lockkit: real servers, a fault-injecting proxy, the contract suite.
 
-``servers``, ``postgres``, ``zookeeper``, ``webservers`` (gunicorn, uvicorn) and ``proxy`` need
-only the standard library; ``contract`` needs pytest.
+``servers``, ``postgres``, ``mariadb``, ``zookeeper``, ``webservers`` (gunicorn, uvicorn) and
+``proxy`` need only the standard library; ``contract`` needs pytest.
 """
 
+from .mariadb import MariaDBServer
 from .postgres import PostgresServer
 from .proxy import TcpProxy
 from .servers import RedisServer, free_port, redis_ping
@@ -13,6 +14,7 @@ from .zookeeper import ZooKeeperEnsemble, ZooKeeperServer
 
 __all__ = [
     "Gunicorn",
+    "MariaDBServer",
     "PostgresServer",
     "RedisServer",
     "TaskWorkers",

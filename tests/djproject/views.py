@@ -90,6 +90,15 @@ COMMITS: list[bool] = []
 
 
 @csrf_exempt
+@lock_view("rollback:{name}", ttl=60)
+def rolled_back(request: HttpRequest, name: str) -> JsonResponse:
+    """Under ATOMIC_REQUESTS: marks the request's transaction for rollback (as DRF's
+    exception handler does) and answers 400."""
+    transaction.set_rollback(True)
+    return JsonResponse({"rolled_back": True}, status=400)
+
+
+@csrf_exempt
 @lock_view("src:{user}:{session[cart]}:{headers[X-Tenant]}:{query[q]}:{form[f]}")
 def sources(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"keys": [i.key for i in get_kit().admin.list("src:")]})
@@ -108,6 +117,20 @@ def by_function(request: HttpRequest) -> JsonResponse:
 async def async_view(request: HttpRequest, name: str) -> JsonResponse:
     info = await asyncio.to_thread(get_kit().admin.info, f"slow:{name}")
     return JsonResponse({"held": info is not None})
+
+
+@csrf_exempt
+@lock_view("maybe:{name}", methods=["POST"])
+def maybe_locked(request: HttpRequest, name: str) -> JsonResponse:
+    """Reads request.lockkit_lock whether or not this request locked."""
+    return JsonResponse({"locked": request.lockkit_lock is not None})  # type: ignore[attr-defined]
+
+
+@csrf_exempt
+@lock_view("auser:{user}:{session[cart]}")
+async def async_user(request: HttpRequest) -> JsonResponse:
+    """An async view whose key reads the user and the session (database queries)."""
+    return JsonResponse({"key": request.lockkit_lock.key})  # type: ignore[attr-defined]
 
 
 @method_decorator(csrf_exempt, name="dispatch")

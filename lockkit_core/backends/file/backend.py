@@ -14,9 +14,10 @@ from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 from ...errors import LockKitError, NotSupported
 from ...url import LockURL
+from ..aio import AsyncOps, AsyncWaiter, LocalOps
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter
 from .grant import Grants, lease
-from .queue import FileWaiter
+from .queue import AsyncFileWaiter, FileWaiter
 from .record import Entry, NotARecord
 from .store import RecordStore, Slot, default_directory, peek
 from .wakeups import Bells
@@ -141,6 +142,11 @@ class FileBackend(Backend):
         """Queue the caller's next attempts on ``key``; waiting is FIFO whatever ``fair``."""
         return FileWaiter(self, key, owner)
 
+    def aio(self) -> AsyncOps:
+        """Operations run inline (each a few microseconds inside a flock); waiters listen on
+        their bell from the event loop, so none parks a thread."""
+        return _FileOps(self)
+
     def queue_first(self) -> bool:
         """True while this process has queued lately: its blocking callers then register
         before their first attempt, which spares a contended caller one critical section and
@@ -237,6 +243,15 @@ class FileBackend(Backend):
             self._sweep_idle(everything=True)
         self._store.close()
         self._bells.close()
+
+
+class _FileOps(LocalOps):
+    """file:// on an event loop (see :meth:`FileBackend.aio`)."""
+
+    backend: FileBackend
+
+    async def waiter(self, key: str, owner: str, fair: bool) -> AsyncWaiter:
+        return AsyncFileWaiter(FileWaiter(self.backend, key, owner))
 
 
 def _drop(store: RecordStore, grants: Grants, bells: Bells) -> None:

@@ -16,10 +16,14 @@ Blocking in ``flock`` would not do: no flock is held during a tenure, and a bloc
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
+from collections.abc import Generator
 from typing import TYPE_CHECKING
 
+from ...sansio import arun, run
+from ..aio import AsyncWaiter
 from ..base import Grant, SleepWaiter, Waiter
 from .record import FREE, Entry, Record, find, owner_id, owns, prune
 from .store import RecordStore
@@ -144,11 +148,25 @@ class FileWaiter(Waiter):
         return self.wake
 
     def wait(self, timeout: float) -> Grant | None:
+        return run(self.waiting(timeout), self._pause)
+
+    def _pause(self, seconds: float) -> list[bytes]:
+        if self._bell is None:
+            time.sleep(seconds)
+            return []
+        return self._bell.wait(seconds)
+
+    def waiting(self, timeout: float) -> Generator[float, list[bytes], Grant | None]:
+        """The decisions of one ``wait``, sans I/O (see :mod:`lockkit_core.sansio`): it yields a
+        pause, to be spent listening on the bell (or sleeping, without one), and is sent the
+        datagrams that arrived meanwhile. ``wait`` runs it blocking, :class:`AsyncFileWaiter`
+        on an event loop."""
         if not self.queued:
             # The queue was full: poll, and join at an attempt that finds room.
             if self._fallback is None:
                 self._fallback = SleepWaiter()
-            return self._fallback.wait(timeout)
+            yield self._fallback.next_delay(timeout)
+            return None
         # Back within our own lease: the next attempt renews the entry, which lives two.
         end = time.monotonic() + min(timeout, refresh(self.ttl))
         # The attempt that queued us has just read the record: pause before the first look.
@@ -158,12 +176,9 @@ class FileWaiter(Waiter):
                 return None
             pause = min(left, self._delay)
             self._delay = min(self._cap, self._delay * 2)
-            if self._bell is None:
-                time.sleep(pause)
-            else:
-                for note in self._bell.wait(pause):
-                    if note.startswith(self._ticket) and note[len(self._ticket) :].isdigit():
-                        return self._handed(int(note[len(self._ticket) :]))
+            for note in (yield pause):
+                if note.startswith(self._ticket) and note[len(self._ticket) :].isdigit():
+                    return self._handed(int(note[len(self._ticket) :]))
             done, grant = self._look()
             if done:
                 return grant
@@ -203,3 +218,44 @@ class FileWaiter(Waiter):
             self._bell = None
         if not acquired and (self.queued_at is not None or self.granted):
             backend._withdraw(self.key, self.owner, patient=reachable)
+
+
+class AsyncFileWaiter(AsyncWaiter):
+    """A :class:`FileWaiter` on an event loop: the same queue entry and decisions, and its
+    pauses spent on the loop (the bell's socket is watched with ``loop.add_reader``), so a
+    waiter costs no thread."""
+
+    def __init__(self, waiter: FileWaiter) -> None:
+        self._waiter = waiter
+
+    async def wait(self, timeout: float) -> Grant | None:
+        return await arun(self._waiter.waiting(timeout), self._pause)
+
+    async def _pause(self, seconds: float) -> list[bytes]:
+        bell = self._waiter._bell
+        if bell is None:
+            await asyncio.sleep(seconds)
+            return []
+        got = bell.drain()
+        if got:
+            return got
+        loop = asyncio.get_running_loop()
+        ready = loop.create_future()
+        fd = bell.sock.fileno()
+        loop.add_reader(fd, _settle, ready)
+        try:
+            async with asyncio.timeout(seconds):
+                await ready
+        except TimeoutError:
+            return []
+        finally:
+            loop.remove_reader(fd)
+        return bell.drain()
+
+    async def close(self, acquired: bool, *, reachable: bool = True) -> None:
+        self._waiter.close(acquired, reachable=reachable)
+
+
+def _settle(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import os
 import socket
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from ...errors import BackendError, BackendUnavailable
 from ...url import LockURL
+from ..aio import AsyncOps
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter
+from .aio import RedisOps
 from .leaver import Leaver
 from .listener import Listener, as_text
 from .scripts import PREFIX, Script, owner_id, stored_key, stored_keys
@@ -81,6 +85,7 @@ class RedisBackend(Backend):
     def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
         super().__init__(url, options)
         import redis as redis_module
+        import redis.asyncio  # here, not on an event loop: the import takes milliseconds
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
@@ -108,6 +113,9 @@ class RedisBackend(Backend):
         bare = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
         if parts.scheme == "unix" and not parts.netloc:
             bare = "unix://" + parts.path
+        #: how the asyncio operations (:mod:`.aio`) make their client on each event loop
+        self.client_url = bare
+        self.client_options = {k: v for k, v in kwargs.items() if k != "retry"}
         try:
             self.client: redis.Redis = redis_module.Redis.from_url(bare, **kwargs)
             # The release listener has a pool of its own: taking a warm connection from the
@@ -128,6 +136,9 @@ class RedisBackend(Backend):
         self._listener = Listener(self)
         #: leaves queues, and gives back what abandoned attempts may take, for owners gone
         self.leaver = Leaver(self.leave)
+        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RedisOps] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # -- error boundary ------------------------------------------------------------------------
 
@@ -135,31 +146,41 @@ class RedisBackend(Backend):
         """Run one request; translate driver errors. ``retry`` retries once, at once, on a
         dropped connection (a pooled connection may predate a server restart): only for
         requests that are safe to repeat."""
-        errors = self._redis.exceptions
         for attempt in (0, 1):
             try:
                 return func()
-            except errors.ConnectionError as exc:
-                if retry and attempt == 0 and not isinstance(exc, errors.AuthenticationError):
+            except (self._redis.exceptions.RedisError, TimeoutError) as exc:
+                error = self.failure(what, exc, may_retry=retry and attempt == 0)
+                if error is None:
                     continue
-                raise BackendUnavailable(
-                    f"cannot reach redis at {self.describe()} to {what}: {exc}"
-                ) from exc
-            except errors.TimeoutError as exc:
-                raise BackendUnavailable(
-                    f"redis at {self.describe()} did not answer within "
-                    f"{self._socket_timeout:g} s to {what}: {exc}"
-                ) from exc
-            except errors.ResponseError as exc:
-                text = str(exc)
-                if text.startswith(("NOAUTH", "WRONGPASS", "NOPERM")):
-                    raise BackendUnavailable(
-                        f"redis at {self.describe()} refused our credentials: {text}"
-                    ) from exc
-                raise BackendError(f"redis at {self.describe()} failed to {what}: {text}") from exc
-            except errors.RedisError as exc:
-                raise BackendError(f"redis at {self.describe()} failed to {what}: {exc}") from exc
+                raise error from exc
         raise AssertionError("unreachable")
+
+    def failure(self, what: str, exc: Exception, *, may_retry: bool) -> BackendError | None:
+        """The error callers see for the driver's ``exc`` while trying to ``what``; None to
+        retry at once (a dropped connection, when ``may_retry``). Used by the asyncio
+        operations too (:mod:`.aio`)."""
+        errors = self._redis.exceptions
+        if isinstance(exc, errors.ConnectionError):
+            if may_retry and not isinstance(exc, errors.AuthenticationError):
+                return None
+            return BackendUnavailable(f"cannot reach redis at {self.describe()} to {what}: {exc}")
+        if isinstance(exc, (errors.TimeoutError, TimeoutError)):
+            return BackendUnavailable(
+                f"redis at {self.describe()} did not answer within "
+                f"{self._socket_timeout:g} s to {what}: {exc}"
+            )
+        text = str(exc)
+        if isinstance(exc, errors.ResponseError) and text.startswith(
+            ("NOAUTH", "WRONGPASS", "NOPERM")
+        ):
+            return BackendUnavailable(f"redis at {self.describe()} refused our credentials: {text}")
+        if isinstance(exc, errors.ResponseError) and _is_transient(errors, exc):
+            return BackendUnavailable(
+                f"redis at {self.describe()} cannot {what} now (a replica, loading, "
+                f"or its cluster is failing over): {text}"
+            )
+        return BackendError(f"redis at {self.describe()} failed to {what}: {text}")
 
     # -- locking ------------------------------------------------------------------------------
 
@@ -178,19 +199,25 @@ class RedisBackend(Backend):
             raise
 
     def _try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
-        keys = stored_keys(stored_key(key))
+        args = self.acquire_args(key, owner, ttl)
+        sent = time.monotonic()
+        reply = self._call(f"acquire {key!r}", lambda: self._script(*args), retry=True)
+        return self.acquire_answer(key, owner, ttl, reply, sent)
+
+    def acquire_args(self, key: str, owner: str, ttl: float) -> list[Any]:
+        """The keys and arguments of the script's ``acquire`` (see :meth:`try_acquire`)."""
         ms = max(1, int(ttl * 1000))
         holder = self._holder + str(os.getpid())
         waiter = self._queued.get((key, owner))
         channel = self._listener.channel if waiter is not None else ""
-        sent = time.monotonic()
         who = waiter.id if waiter is not None else owner_id(owner)
         fair = "0" if waiter is not None and not waiter.fair else "1"
-        reply = self._call(
-            f"acquire {key!r}",
-            lambda: self._script(*keys, "acquire", who, ms, holder, channel, self._floor, fair),
-            retry=True,
-        )
+        keys = stored_keys(stored_key(key))
+        return [*keys, "acquire", who, ms, holder, channel, self._floor, fair]
+
+    def acquire_answer(self, key: str, owner: str, ttl: float, reply: Any, sent: float) -> Grant:
+        """The grant the script's ``reply`` to an ``acquire`` sent at ``sent`` means."""
+        waiter = self._queued.get((key, owner))
         if reply[0]:
             return Grant(True, self.saw_token(int(reply[1])))
         # {0, pttl}, or {0, pttl, ask again in ms} while the queue's head may be passed over
@@ -207,45 +234,53 @@ class RedisBackend(Backend):
         return Grant(False, retry_after=wait_ms / 1000.0 if wait_ms > 0 else None)
 
     def release(self, key: str, owner: str) -> bool:
-        keys = stored_keys(stored_key(key))
-        done = self._call(
-            f"release {key!r}", lambda: self._script(*keys, "release", owner, self._floor)
-        )
-        return bool(done)
+        args = self.release_args(key, owner)
+        return bool(self._call(f"release {key!r}", lambda: self._script(*args)))
+
+    def release_args(self, key: str, owner: str) -> list[Any]:
+        return [*stored_keys(stored_key(key)), "release", owner, self._floor]
 
     def leave(self, key: str, owner: str) -> None:
-        """Take ``owner`` out of the queue of ``key``; pass the lock on if it was handed to it."""
-        keys = stored_keys(stored_key(key))
-        self._call(
-            f"leave the queue of {key!r}",
-            lambda: self._script(*keys, "leave", owner, self._floor),
-            retry=True,
-        )
+        """Take ``owner`` out of the queue of ``key``; pass the lock on if it was handed to
+        it, and give back a lease it holds."""
+        args = self.leave_args(key, owner)
+        self._call(f"leave the queue of {key!r}", lambda: self._script(*args), retry=True)
+
+    def leave_args(self, key: str, owner: str) -> list[Any]:
+        return [*stored_keys(stored_key(key)), "leave", owner, self._floor]
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
-        lock_key = stored_key(key)
-        ms = max(1, int(ttl * 1000))
-        done = self._call(
-            f"extend {key!r}",
-            lambda: self._script_on_record(lock_key, "extend", owner, ms),
-            retry=True,
+        args = self.on_record_args("extend", key, owner, ttl)
+        return bool(
+            self._call(f"extend {key!r}", lambda: self._script_on_record(*args), retry=True)
         )
-        return bool(done)
 
     def adopt(self, key: str, owner: str, ttl: float) -> Grant:
-        lock_key = stored_key(key)
-        ms = max(1, int(ttl * 1000))
-        reply = self._call(
-            f"adopt {key!r}",
-            lambda: self._script_on_record(lock_key, "adopt", owner, ms),
-            retry=True,
-        )
+        args = self.on_record_args("adopt", key, owner, ttl)
+        reply = self._call(f"adopt {key!r}", lambda: self._script_on_record(*args), retry=True)
+        return self.adopt_answer(reply)
+
+    @staticmethod
+    def on_record_args(operation: str, key: str, owner: str, ttl: float) -> list[Any]:
+        """The key and arguments of ``extend`` or ``adopt``, which need only the record."""
+        return [stored_key(key), operation, owner, max(1, int(ttl * 1000))]
+
+    def adopt_answer(self, reply: Any) -> Grant:
         if not reply[0]:
             return Grant(False)
         return Grant(True, self.saw_token(int(reply[1])))
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
         return RedisWaiter(self, key, owner, fair)
+
+    def aio(self) -> AsyncOps:
+        """``redis.asyncio`` on the running event loop: one client per loop, made on first
+        use; hand-over notices come through the same listener as the blocking waiters'."""
+        loop = asyncio.get_running_loop()
+        ops = self._aio.get(loop)
+        if ops is None:
+            ops = self._aio[loop] = RedisOps(self)
+        return ops
 
     def queue_first(self) -> bool:
         # Once this process has waited (the listener is up), a blocking caller registers
@@ -328,3 +363,16 @@ class RedisBackend(Backend):
 
 def _glob_escape(text: str) -> str:
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+#: Answers of a server that cannot take writes for now (a failover demoted it, it is loading
+#: its data, its primary or cluster is down): unavailable, like a dropped connection. redis-py
+#: strips the code from the message of the classes it knows, so both are checked.
+_TRANSIENT_CODES = ("READONLY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
+_TRANSIENT_CLASSES = ("ReadOnlyError", "BusyLoadingError", "MasterDownError", "TryAgainError",
+                      "ClusterDownError")  # fmt: skip
+
+
+def _is_transient(errors: Any, exc: Exception) -> bool:
+    classes = tuple(getattr(errors, name) for name in _TRANSIENT_CLASSES if hasattr(errors, name))
+    return isinstance(exc, classes) or str(exc).startswith(_TRANSIENT_CODES)

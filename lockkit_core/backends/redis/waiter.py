@@ -6,22 +6,47 @@ from __future__ import annotations
 import random
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Protocol
 
+from ...sansio import run
 from ..base import Grant, Waiter
 from .scripts import owner_id
 
 if TYPE_CHECKING:
     from .backend import RedisBackend
 
-__all__ = ["RedisWaiter"]
+__all__ = ["CONFIRM", "Confirm", "RedisWaiter", "Wakeable"]
+
+#: how long a new waiter gives the listener to subscribe before its first attempt
+READY_WITHIN = 0.05
+
+
+class Wakeable(Protocol):
+    """What the listener's thread sets on a notice for a waiter."""
+
+    def set(self) -> None: ...
+
+
+class Confirm:
+    """A step of :meth:`RedisWaiter.waiting`: make one attempt, as the caller would."""
+
+
+CONFIRM = Confirm()
 
 
 class RedisWaiter(Waiter):
     """Queued for one key: woken by the notice that hands it the lock, or that frees it; a
     notice is never taken as the grant itself (see :meth:`_confirm`)."""
 
-    def __init__(self, backend: RedisBackend, key: str, owner: str, fair: bool) -> None:
+    def __init__(
+        self,
+        backend: RedisBackend,
+        key: str,
+        owner: str,
+        fair: bool,
+        event: Wakeable | None = None,
+    ) -> None:
         self._backend = backend
         self._listener = backend._listener
         self.key = key
@@ -31,7 +56,10 @@ class RedisWaiter(Waiter):
         #: not told of every release, only when to ask (lua/lock.lua, bounded barging)
         self.ask_at: float | None = None
         self.id = owner_id(owner)  # what the server and the notices know it by
-        self.event = threading.Event()
+        #: set by the listener's thread on a notice; a threading.Event unless ``event`` (an
+        #: asyncio waiter's, which wakes its loop) is given
+        self._blocking = threading.Event() if event is None else None
+        self.event: Wakeable = event or self._blocking  # type: ignore[assignment]
         #: a notice said the lock was handed to us: ask the store (never taken as a grant)
         self.handed = False
         #: the ttl of our attempts, which a confirming attempt asks for again
@@ -41,12 +69,29 @@ class RedisWaiter(Waiter):
         self._backoff = 0.002
         backend._queued[(key, owner)] = self
         self._listener.register(self)
-        # The attempt that follows must come after the subscription, or a hand-over in
-        # between would go unnoticed until the holder's lease ran out. Until the listener
-        # is subscribed, wait() falls back to short backoff, so this wait stays short.
-        self._listener.wait_ready(0.05)
+        if event is None:
+            # The attempt that follows must come after the subscription, or a hand-over in
+            # between would go unnoticed until the holder's lease ran out. Until the listener
+            # is subscribed, wait() falls back to short backoff, so this wait stays short.
+            self._listener.wait_ready(READY_WITHIN)
 
     def wait(self, timeout: float) -> Grant | None:
+        return run(self.waiting(timeout), self._step)
+
+    def _step(self, step: float | Confirm) -> Grant | None:
+        if isinstance(step, Confirm):
+            assert self.ttl is not None
+            return self._backend.try_acquire(self.key, self.owner, self.ttl)
+        assert self._blocking is not None
+        self._blocking.wait(step)
+        self._blocking.clear()
+        return None
+
+    def waiting(self, timeout: float) -> Generator[float | Confirm, Grant | None, Grant | None]:
+        """The decisions of one ``wait``, sans I/O (:mod:`lockkit_core.sansio`): it yields a
+        pause (wait on ``event`` up to that long, then clear it; sent None) or
+        :data:`CONFIRM` (one attempt, as the caller's; sent its Grant). ``wait`` runs it
+        blocking, :class:`~.aio.AsyncRedisWaiter` on an event loop."""
         if not self._listener.healthy:
             # No notice can arrive while the listener is down: poll, with a bounded delay.
             timeout = min(timeout, self._backoff * random.uniform(0.5, 1.5))
@@ -59,15 +104,14 @@ class RedisWaiter(Waiter):
             if not self.handed and ask_at is not None and ask_at <= now:
                 self.ask_at = None
                 return None
-            self.event.wait(max(0.0, min(until, ask_at or until) - now))
-            self.event.clear()
+            yield max(0.0, min(until, ask_at or until) - now)
             if self.handed:
                 self.handed = False
-                return self._confirm()
+                return (yield from self._confirm())
             if self.ask_at is None or self.ask_at == ask_at or time.monotonic() >= until:
                 return None  # woken to ask, or our time is up
 
-    def _confirm(self) -> Grant | None:
+    def _confirm(self) -> Generator[Confirm, Grant | None, Grant | None]:
         """A notice says the lock was handed to us. Anyone who may publish can say so, so
         the store decides, in the attempt the caller would make next anyway: it renews and
         returns our lease and its token when the lock is ours, and otherwise keeps our place
@@ -76,14 +120,19 @@ class RedisWaiter(Waiter):
         if self.ttl is None:
             return None  # not queued yet: the caller's next attempt asks the store anyway
         sent = time.monotonic()
-        grant = self._backend.try_acquire(self.key, self.owner, self.ttl)
+        grant = yield CONFIRM
+        assert grant is not None
         if grant.acquired:
             return Grant(True, grant.token, since=sent)
         return grant
 
-    def close(self, acquired: bool, *, reachable: bool = True) -> None:
+    def forget(self) -> None:
+        """Stop being told of hand-overs (the queue entry is another matter: see close)."""
         self._backend._queued.pop((self.key, self.owner), None)
         self._listener.unregister(self)
+
+    def close(self, acquired: bool, *, reachable: bool = True) -> None:
+        self.forget()
         if not acquired and self.queued_at is not None:
             # Its time is up, or the store just failed: either way no round trip now (it
             # would be spent past the caller's timeout). The queue is left in the background

@@ -99,9 +99,14 @@ class RequestKey:
             raise ConfigError(f"lock key template {key!r} is malformed: {exc}") from exc
         roots = []
         secret = set()
-        for _, field, spec, _ in self.parts:
+        for _, field, spec, conversion in self.parts:
             if field is None:
                 continue
+            if conversion not in (None, "r", "s", "a"):
+                raise ConfigError(
+                    f"lock key template {key!r} converts {{{field}}} with !{conversion}; "
+                    "use !s, !r or !a, or none"
+                )
             root = _root(field)
             if not root or root.isdigit():
                 raise ConfigError(
@@ -208,6 +213,12 @@ class RequestKey:
                 raise ConfigError(
                     f"{route} locks on {self.template!r}, but {{{field}}} has no value in "
                     f"this request ({type(exc).__name__}: {exc}); {hint}"
+                ) from None
+            except ValueError as exc:  # a format spec that does not fit the value's type
+                raise ConfigError(
+                    f"{route} locks on {self.template!r}, but {{{field}:{spec}}} does not "
+                    f"format this request's value ({exc}); drop the format spec or convert "
+                    "the value in a key function"
                 ) from None
         return _checked("".join(out), route, max_bytes, invalid)
 

@@ -8,8 +8,13 @@ each new hold to the store (``Backend.track``) and to the watchdog.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
 import threading
-from typing import TYPE_CHECKING
+import warnings
+import weakref
+from typing import TYPE_CHECKING, Any
 
 from .backends.base import Backend
 from .hold import Hold
@@ -19,6 +24,8 @@ if TYPE_CHECKING:
     from .lock import Lock
 
 __all__ = ["Holds"]
+
+log = logging.getLogger("lockkit")
 
 
 class Holds:
@@ -39,16 +46,54 @@ class Holds:
         """The reentrant hold on ``full_key``, if one is listed."""
         return self._by_key.get(full_key)
 
-    def start(self, lock: Lock, owner: str, token: int | None, valid_until: float) -> Hold:
-        """A new hold for ``lock``'s acquisition by ``owner``: listed if reentrant, tracked by
-        the store, renewed or watched by the watchdog."""
-        hold = Hold(lock, self.backend, owner, token, valid_until)
+    def start(
+        self,
+        lock: Lock,
+        owner: str,
+        token: int | None,
+        valid_until: float,
+        task: asyncio.Task[Any] | None = None,
+    ) -> Hold:
+        """A new hold for ``lock``'s acquisition by ``owner`` (made by ``task`` for an asyncio
+        one): listed if reentrant, tracked by the store, renewed or watched by the watchdog."""
+        hold = Hold(lock, self.backend, owner, token, valid_until, task)
         if lock.reentrant:
             with self.mutex:
                 self._by_key[hold.full_key] = hold
         self.backend.track(hold)
         watch(hold)
+        self.tie(hold, lock)
         return hold
+
+    def tie(self, hold: Hold, lock: Lock) -> None:
+        """A hold without a lease is never watched (nothing to renew) and never runs out:
+        once every handle on it is dropped, free the key then, with the watchdog's
+        ResourceWarning, rather than hold it for the life of the process."""
+        if hold.ttl is None:
+            weakref.finalize(lock, self._dropped, hold)
+
+    def _dropped(self, hold: Hold) -> None:
+        if not hold.active or hold.pid != os.getpid():
+            return
+        why = hold.leak()
+        if why is None or not why.startswith("every handle"):
+            return  # another handle re-entered it and may still release it
+        with self.mutex:
+            if not hold.active:
+                return
+            hold.active = False
+            self.drop(hold)
+        warnings.warn(
+            f"lockkit: lock {hold.key!r} ({hold.full_key}) leaked: {why}. It has no lease, "
+            "so it is released now. Release what you acquire, e.g. with "
+            "'with kit.lock(...):'",
+            ResourceWarning,
+            stacklevel=2,
+        )
+        try:
+            self.backend.release(hold.full_key, hold.owner)
+        except Exception as exc:  # a finalizer must not raise (the kit may be closed)
+            log.error("lock %s leaked and could not be released: %s", hold.full_key, exc)
 
     def drop(self, hold: Hold) -> None:
         """Unlist ``hold`` if it is still the one listed for its key; call with :attr:`mutex`

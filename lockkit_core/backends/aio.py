@@ -1,0 +1,106 @@
+"""The asyncio side of a backend: :class:`AsyncOps` and :class:`AsyncWaiter`.
+
+``Backend.aio()`` returns the store's operations for the running event loop. They mirror the
+blocking ones (``try_acquire``, ``release``, ``extend``, ``adopt``, ``waiter``) and never block
+the loop: a networked store speaks its driver's native asyncio client; a store whose every
+operation is a few microseconds of local work (memory, file) runs those inline
+(:class:`LocalOps`) and only its *waiting* is asynchronous, with no thread per waiter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+
+from ..errors import NotSupported
+from .base import Backend, Grant, SleepWaiter
+
+__all__ = ["AsyncOps", "AsyncSleepWaiter", "AsyncWaiter", "LocalOps", "has_asyncio"]
+
+
+class AsyncWaiter(ABC):
+    """The asyncio form of :class:`~lockkit_core.backends.base.Waiter`, with the same protocol.
+
+    ``close`` must also be safe to call when the task was cancelled inside ``wait``: it then
+    leaves the queue, and passes on a lock handed over meanwhile (``acquired=False``).
+    """
+
+    @abstractmethod
+    async def wait(self, timeout: float) -> Grant | None:
+        """Return after ``timeout`` seconds at the latest, earlier if the key was released;
+        a :class:`Grant` if the store handed the lock to this waiter."""
+
+    async def close(self, acquired: bool, *, reachable: bool = True) -> None:
+        """Drop the registration (see ``Waiter``)."""
+
+
+class AsyncSleepWaiter(AsyncWaiter):
+    """Fallback for stores that cannot notify: :class:`SleepWaiter`'s backoff, awaited."""
+
+    def __init__(self) -> None:
+        self._backoff = SleepWaiter()
+
+    async def wait(self, timeout: float) -> Grant | None:
+        await asyncio.sleep(self._backoff.next_delay(timeout))
+        return None
+
+
+class AsyncOps(ABC):
+    """A store's operations for one event loop (see the module docstring)."""
+
+    @abstractmethod
+    async def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
+        """As ``Backend.try_acquire``."""
+
+    @abstractmethod
+    async def release(self, key: str, owner: str) -> bool:
+        """As ``Backend.release``."""
+
+    @abstractmethod
+    async def extend(self, key: str, owner: str, ttl: float) -> bool:
+        """As ``Backend.extend``."""
+
+    @abstractmethod
+    async def adopt(self, key: str, owner: str, ttl: float) -> Grant:
+        """As ``Backend.adopt``."""
+
+    async def waiter(self, key: str, owner: str, fair: bool) -> AsyncWaiter:
+        """As ``Backend.waiter``: register before the attempt that precedes the wait."""
+        return AsyncSleepWaiter()
+
+    async def abandon(self, key: str, owner: str) -> None:
+        """Undo whatever an attempt by ``owner`` that was cancelled on its way may have done
+        on the store (taken the key; queued it, where attempts queue): by default, release."""
+        await self.release(key, owner)
+
+
+class LocalOps(AsyncOps):
+    """For stores whose operations are local and microseconds long: run them inline.
+
+    Only waiting takes time, and each such store gives its own :meth:`waiter`.
+    """
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    async def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
+        return self.backend.try_acquire(key, owner, ttl)
+
+    async def release(self, key: str, owner: str) -> bool:
+        return self.backend.release(key, owner)
+
+    async def extend(self, key: str, owner: str, ttl: float) -> bool:
+        return self.backend.extend(key, owner, ttl)
+
+    async def adopt(self, key: str, owner: str, ttl: float) -> Grant:
+        return self.backend.adopt(key, owner, ttl)
+
+
+def has_asyncio(backend: Backend) -> bool:
+    """Whether ``backend`` has an asyncio API (``Lock.aacquire`` and friends); call it from
+    the event loop that would use it."""
+    try:
+        backend.aio()
+    except NotSupported:
+        return False
+    return True

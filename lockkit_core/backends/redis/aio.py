@@ -1,0 +1,181 @@
+"""``redis://`` on an event loop: the lock operations over ``redis.asyncio``.
+
+The same Lua script, the same arguments and the same reading of its answers as the blocking
+operations (:class:`~.backend.RedisBackend` builds both), sent by a ``redis.asyncio`` client
+of the running loop; driver errors become lockkit's errors through the backend's one
+translation (:meth:`~.backend.RedisBackend.failure`). Hand-over notices reach asyncio
+waiters through the backend's one listener thread (:class:`AsyncRedisWaiter`), which wakes
+their loop; never a thread per waiter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ...errors import BackendError, BackendUnavailable
+from ...sansio import arun
+from ..aio import AsyncOps, AsyncWaiter
+from ..base import Grant
+from .waiter import READY_WITHIN, Confirm, RedisWaiter
+
+if TYPE_CHECKING:
+    from .backend import RedisBackend
+
+__all__ = ["RedisOps"]
+
+T = TypeVar("T")
+
+#: how long (seconds, plus two ttls) an attempt that failed in an outage is given back for
+#: (the blocking path's ABANDONED_FOR)
+ABANDONED_FOR = 60.0
+#: connections of one event loop's client unless the ``max_connections`` option says
+MAX_CONNECTIONS = 8
+
+
+class RedisOps(AsyncOps):
+    """The lock operations of one :class:`RedisBackend` on one event loop."""
+
+    def __init__(self, backend: RedisBackend) -> None:
+        import redis.asyncio
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+        from redis.exceptions import NoScriptError, RedisError
+
+        self._backend = backend
+        self._errors = (RedisError, TimeoutError)
+        self._noscript = NoScriptError
+        options = dict(backend.client_options)
+        # Many tasks share the loop's connections: one waits (on the loop) for a free one,
+        # within the socket timeout, rather than failing with "too many connections".
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            backend.client_url,
+            max_connections=options.pop("max_connections", MAX_CONNECTIONS),
+            timeout=options.get("socket_timeout", 5.0),
+            # No driver retries: they would stretch the caller's timeout (see RedisBackend).
+            retry=Retry(NoBackoff(), 0),
+            **options,
+        )
+        self.client = redis.asyncio.Redis(connection_pool=pool)
+        self._source = backend._script.source
+        self._sha = backend._script.sha
+
+    async def _script(self, numkeys: int, args: list[Any]) -> Any:
+        try:
+            return await self.client.evalsha(self._sha, numkeys, *args)
+        except self._noscript:
+            await self.client.script_load(self._source)  # the same digest: it is the source's
+            return await self.client.evalsha(self._sha, numkeys, *args)
+
+    async def _call(self, what: str, request: Callable[[], Awaitable[T]], retry: bool) -> T:
+        for attempt in (0, 1):
+            try:
+                return await request()
+            except self._errors as exc:
+                error = self._backend.failure(what, exc, may_retry=retry and attempt == 0)
+                if error is None:
+                    continue
+                raise error from exc
+        raise AssertionError("unreachable")
+
+    async def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
+        backend = self._backend
+        args = backend.acquire_args(key, owner, ttl)
+        sent = time.monotonic()
+        try:
+            reply = await self._call(f"acquire {key!r}", lambda: self._script(4, args), True)
+        except BackendUnavailable:
+            # As the blocking path: the request may still land when the link heals.
+            backend.leaver.give_back(key, owner, time.monotonic() + ABANDONED_FOR + 2 * ttl)
+            raise
+        return backend.acquire_answer(key, owner, ttl, reply, sent)
+
+    async def release(self, key: str, owner: str) -> bool:
+        args = self._backend.release_args(key, owner)
+        return bool(await self._call(f"release {key!r}", lambda: self._script(4, args), False))
+
+    async def extend(self, key: str, owner: str, ttl: float) -> bool:
+        args = self._backend.on_record_args("extend", key, owner, ttl)
+        return bool(await self._call(f"extend {key!r}", lambda: self._script(1, args), True))
+
+    async def adopt(self, key: str, owner: str, ttl: float) -> Grant:
+        args = self._backend.on_record_args("adopt", key, owner, ttl)
+        reply = await self._call(f"adopt {key!r}", lambda: self._script(1, args), True)
+        return self._backend.adopt_answer(reply)
+
+    async def waiter(self, key: str, owner: str, fair: bool) -> AsyncWaiter:
+        waiter = AsyncRedisWaiter(self, key, owner, fair)
+        await waiter.ready()
+        return waiter
+
+    async def abandon(self, key: str, owner: str) -> None:
+        """Leave the queue and give back any lease ``owner`` holds: an attempt cancelled on
+        its way may have queued it, or taken the key."""
+        args = self._backend.leave_args(key, owner)
+        await self._call(f"leave the queue of {key!r}", lambda: self._script(4, args), True)
+
+
+class LoopEvent:
+    """What the listener's thread sets for an asyncio waiter: it wakes the waiter's loop."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        with contextlib.suppress(RuntimeError):  # its loop was closed: nobody is waiting
+            self._loop.call_soon_threadsafe(self._event.set)
+
+    async def wait(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for :meth:`set`, then clear it."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._event.wait()
+        self._event.clear()
+
+
+class AsyncRedisWaiter(AsyncWaiter):
+    """A :class:`RedisWaiter` (its queue entry, its notices through the backend's one
+    listener, its decisions) whose pauses and confirming attempts are awaited."""
+
+    def __init__(self, ops: RedisOps, key: str, owner: str, fair: bool) -> None:
+        self._ops = ops
+        self._event = LoopEvent()
+        self._waiter = RedisWaiter(ops._backend, key, owner, fair, self._event)
+
+    async def ready(self) -> None:
+        """Give the listener up to READY_WITHIN to subscribe (see RedisWaiter), on the loop."""
+        listener = self._waiter._listener
+        until = time.monotonic() + READY_WITHIN
+        while not listener.healthy and time.monotonic() < until:
+            await asyncio.sleep(0.001)
+
+    async def wait(self, timeout: float) -> Grant | None:
+        return await arun(self._waiter.waiting(timeout), self._step)
+
+    async def _step(self, step: float | Confirm) -> Grant | None:
+        waiter = self._waiter
+        if isinstance(step, Confirm):
+            assert waiter.ttl is not None
+            return await self._ops.try_acquire(waiter.key, waiter.owner, waiter.ttl)
+        await self._event.wait(step)
+        return None
+
+    async def close(self, acquired: bool, *, reachable: bool = True) -> None:
+        """Leave the queue now, in one round trip, so a cancelled or timed-out waiter leaves
+        nothing behind (passing on a lock handed to it meanwhile); after a failure, or if
+        the store does not answer, the backend's leaver does it once it can."""
+        waiter = self._waiter
+        waiter.forget()
+        if acquired or waiter.queued_at is None:
+            return
+        if reachable:
+            try:
+                await self._ops.abandon(waiter.key, waiter.owner)
+                return
+            except BackendError:
+                pass
+        self._ops._backend.leaver.leave(waiter.key, waiter.owner, waiter.entry_until)

@@ -1,0 +1,44 @@
+"""What ends a route's lock in Flask: the request's final response, whatever an
+``after_request`` made of it. A lock is released when that response is finished (Flask's
+``request_finished``) or, for a streamed one, when the stream is closed; a request that
+never got that far (an error in a later layer) releases at its teardown."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from flask import Flask, Response, g, request_finished
+
+from lockkit_core.guard import Outcome
+
+__all__ = ["hold_until_finished", "watch"]
+
+_OUTCOMES: Final = "_lockkit_outcomes"
+
+
+def hold_until_finished(response: Any, outcome: Outcome) -> Any:
+    """Keep ``outcome``'s lock until the request's final response is finished."""
+    g.setdefault(_OUTCOMES, []).append(outcome)
+    return response
+
+
+def _finished(sender: Flask, response: Response, **_: Any) -> None:
+    for outcome in g.pop(_OUTCOMES, []):
+        if response.is_streamed:
+            # The bytes it protects are still to come: released at the stream's close, at
+            # the latest after LOCKKIT_STREAM_MAX_HOLD.
+            outcome.hold_stream()
+            response.call_on_close(outcome.release)
+        else:
+            outcome.release()
+
+
+def _teardown(_exc: BaseException | None) -> None:
+    for outcome in g.pop(_OUTCOMES, []):
+        outcome.release()
+
+
+def watch(app: Flask) -> None:
+    """Release ``app``'s route locks as its requests finish (the extension calls this)."""
+    request_finished.connect(_finished, app, weak=False)
+    app.teardown_request(_teardown)

@@ -1,0 +1,87 @@
+"""Helpers of the asyncio tests: what a key left on its store, and how long a loop stalled."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import time
+import uuid
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from lockkit_core import LockKit
+from lockkit_core.backends.file.record import file_name
+from lockkit_core.backends.file.store import peek
+from lockkit_core.keys import namespaced
+
+T = TypeVar("T")
+
+#: the stores with an asyncio API, as ``store_url`` parameters
+ASYNC_STORES = ["memory", "file", pytest.param("redis", marks=pytest.mark.redis)]
+
+
+@pytest.fixture(params=ASYNC_STORES)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store of each kind that has an asyncio API (redis:// on the session server)."""
+    if request.param == "memory":
+        return f"memory://async-{uuid.uuid4().hex[:12]}"
+    if request.param == "file":
+        return f"file://{tmp_path / 'locks'}"
+    server = request.getfixturevalue("redis_server")
+    return str(server.url) + "?socket_timeout=2&socket_connect_timeout=2"
+
+
+def leftovers(kit: LockKit, key: str) -> list[str]:
+    """What ``key`` still has on the store (a holder, queue entries), read from the store
+    itself; empty when it is free and nobody is queued."""
+    full_key = namespaced(kit.namespace, key)
+    found: list[str] = []
+    if kit.backend.info(full_key) is not None:
+        found.append("a holder")
+    scheme = kit.backend.url.scheme
+    if scheme == "memory":
+        entry = kit.backend._store.entries.get(full_key)  # type: ignore[attr-defined]
+        if entry is not None and (entry.waiters or entry.queue or entry.wakers):
+            found.append(f"{entry.waiters} waiter(s), {len(entry.queue)} queued")
+    elif scheme == "file":
+        record = peek(os.path.join(kit.backend.directory, file_name(full_key)))  # type: ignore[attr-defined]
+        if record is not None and record.queue:
+            found.append(f"{len(record.queue.splitlines())} queue entries")
+    elif scheme == "redis":
+        client = kit.backend.client  # type: ignore[attr-defined]
+        for name in client.keys(f"lockkit:{{{full_key}}}*"):
+            # the record is the holder, counted above; the fence counter is kept on purpose
+            if name != f"lockkit:{{{full_key}}}".encode() and not name.endswith(b":f"):
+                found.append(f"redis key {name.decode()} ({client.type(name).decode()})")
+    return found
+
+
+async def worst_stall(work: Awaitable[T], tick: float = 0.01) -> tuple[T, float]:
+    """Await ``work`` while a ticker on the same loop sleeps ``tick`` at a time; return its
+    result and the longest any tick overran (seconds): how long the loop was blocked."""
+    worst = 0.0
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal worst
+        last = time.monotonic()
+        while not done.is_set():
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            worst = max(worst, now - last - tick)
+            last = now
+
+    # What earlier tests left for the collector is not ours to measure: collect it first.
+    gc.collect()
+    ticking = asyncio.create_task(ticker())
+    await asyncio.sleep(0)  # the ticker starts first
+    try:
+        result = await work
+    finally:
+        done.set()
+        await ticking
+    return result, worst

@@ -1,0 +1,137 @@
+"""Cancelled asyncio waiters leave nothing behind, on real stores: ``asyncio.wait_for``
+storms against a held lock, a release in the middle of a storm, and a waiter cancelled just
+as the lock is handed to it. Afterwards the store itself shows no queue entry and no stray
+holder, and the next acquisition is immediate. A blocking acquire run in a thread pool fails
+these checks (its threads keep waiting and later take the lock): the last test shows it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from async_support import leftovers
+
+from lockkit_core import LockKit
+
+STORM = 150
+
+
+@pytest.fixture
+def kit(store_url: str) -> Iterator[LockKit]:
+    with LockKit(store_url, namespace=f"c-{uuid.uuid4().hex[:8]}", ttl=10.0) as kit:
+        yield kit
+
+
+async def next_is_immediate(kit: LockKit, key: str) -> float:
+    started = time.monotonic()
+    lock = kit.lock(key)
+    assert await lock.aacquire(blocking=False), "the key should be free at once"
+    took = time.monotonic() - started
+    await lock.arelease()
+    return took
+
+
+@pytest.mark.parametrize("fair", [False, True])
+def test_a_wait_for_storm_against_a_held_lock_leaves_nothing(kit: LockKit, fair: bool) -> None:
+    if fair and "fair" not in kit.backend.describe() and kit.backend.url.scheme == "redis":
+        pass  # redis queues every waiter whatever fair says
+
+    async def main() -> None:
+        holder = kit.lock("storm")
+        assert await holder.aacquire()
+
+        async def contender(i: int) -> bool:
+            lock = kit.lock("storm", fair=fair)
+            try:
+                await asyncio.wait_for(lock.aacquire(), timeout=0.002 + (i % 25) * 0.002)
+            except TimeoutError:
+                return False
+            await lock.arelease()
+            return True
+
+        got = await asyncio.gather(*(contender(i) for i in range(STORM)))
+        assert not any(got)
+        assert leftovers(kit, "storm") == ["a holder"]
+        await holder.arelease()
+        assert leftovers(kit, "storm") == []
+        assert await next_is_immediate(kit, "storm") < 0.05
+
+    asyncio.run(main())
+
+
+def test_a_release_in_the_middle_of_a_storm_leaves_nothing(kit: LockKit) -> None:
+    rng = random.Random(17)
+
+    async def main() -> int:
+        holder = kit.lock("mid")
+        assert await holder.aacquire()
+        wins = 0
+
+        async def contender() -> None:
+            nonlocal wins
+            lock = kit.lock("mid", fair=True)
+            try:
+                await asyncio.wait_for(lock.aacquire(), timeout=rng.uniform(0.001, 0.3))
+            except TimeoutError:
+                return
+            wins += 1
+            await asyncio.sleep(0.001)
+            await lock.arelease()
+
+        async def release_soon() -> None:
+            await asyncio.sleep(0.02)
+            await holder.arelease()
+
+        await asyncio.gather(release_soon(), *(contender() for _ in range(STORM)))
+        assert leftovers(kit, "mid") == []
+        assert await next_is_immediate(kit, "mid") < 0.05
+        return wins
+
+    assert asyncio.run(main()) >= 1  # the release reached the storm
+
+
+def test_a_waiter_cancelled_as_the_lock_reaches_it_passes_it_on(kit: LockKit) -> None:
+    async def main() -> None:
+        holder = kit.lock("handed")
+        assert await holder.aacquire()
+        first = asyncio.create_task(kit.lock("handed", fair=True).aacquire())
+        await asyncio.sleep(0.05)  # queued first
+        second_lock = kit.lock("handed", fair=True)
+        second = asyncio.create_task(second_lock.aacquire(timeout=5))
+        await asyncio.sleep(0.05)
+        await holder.arelease()  # hands over to (or wakes) the first waiter...
+        first.cancel()  # ...cancelled before it ran again
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        started = time.monotonic()
+        assert await second
+        assert time.monotonic() - started < 0.5
+        await second_lock.arelease()
+        assert leftovers(kit, "handed") == []
+
+    asyncio.run(main())
+
+
+def test_a_blocking_acquire_in_a_thread_pool_fails_these_checks(kit: LockKit) -> None:
+    async def main() -> list[str]:
+        holder = kit.lock("pool")
+        assert await holder.aacquire()
+
+        async def contender() -> None:
+            lock = kit.lock("pool")
+            # The anti-pattern: the thread outlives its cancelled caller.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.to_thread(lock.acquire, timeout=1.0), 0.01)
+
+        await asyncio.gather(*(contender() for _ in range(4)))
+        await holder.arelease()
+        await asyncio.sleep(0.2)
+        return leftovers(kit, "pool")
+
+    assert asyncio.run(main()) != [], "a cancelled thread-pool waiter took the lock later"
+    kit.admin.force_release("pool")

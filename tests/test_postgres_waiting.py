@@ -1,0 +1,118 @@
+"""Waiting on ``postgresql://``: one waiter per key listens, the rest queue on the server
+without a statement, a release reaches them one by one, and a killed waiter blocks nobody."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from holders import Holder
+
+from lockkit_core import LockKit
+from lockkit_core.testing import PostgresServer
+
+pytestmark = pytest.mark.postgresql
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"wait{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def kit(postgres_server: PostgresServer, namespace: str) -> Iterator[LockKit]:
+    made = LockKit(postgres_server.url, namespace=namespace, ttl=30)
+    yield made
+    made.close()
+
+
+def _sessions(server: PostgresServer) -> dict[str, int]:
+    """lockkit's sessions by what they wait for: 'advisory' (queued in a waiting room) or
+    'other' (listening, idle, working)."""
+    with psycopg.connect(server.url, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT wait_event FROM pg_stat_activity "
+            "WHERE application_name = 'lockkit' AND pid <> pg_backend_pid()"
+        ).fetchall()
+    found = {"advisory": 0, "other": 0}
+    for (event,) in rows:
+        found["advisory" if event == "advisory" else "other"] += 1
+    return found
+
+
+def _until(check: object, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.02)
+
+
+def test_waiters_queue_on_the_server_and_each_release_reaches_one(
+    postgres_server: PostgresServer, kit: LockKit, namespace: str
+) -> None:
+    holder = kit.lock("q")
+    assert holder.acquire()
+    order: list[int] = []
+    inside = [0]
+    overlaps = [0]
+    kits = [LockKit(postgres_server.url, namespace=namespace, ttl=30) for _ in range(5)]
+
+    def wait(i: int) -> None:
+        with kits[i].lock("q", timeout=20):
+            inside[0] += 1
+            overlaps[0] += inside[0] > 1
+            order.append(i)
+            time.sleep(0.05)
+            inside[0] -= 1
+
+    threads = [threading.Thread(target=wait, args=(i,)) for i in range(5)]
+    try:
+        for thread in threads:
+            thread.start()
+        # four wait in the room's queue inside the server; one listens
+        _until(lambda: _sessions(postgres_server)["advisory"] == 4)
+        holder.release()
+        for thread in threads:
+            thread.join(20)
+        assert sorted(order) == list(range(5))
+        assert overlaps == [0]
+    finally:
+        for made in kits:
+            made.close()
+
+
+@pytest.mark.slow
+def test_a_killed_waiter_at_the_head_blocks_nobody(
+    postgres_server: PostgresServer, kit: LockKit, namespace: str
+) -> None:
+    held = kit.lock("k")
+    assert held.acquire()
+    head = Holder(postgres_server.url, namespace, "k", ttl=30.0, auto_renew=True)
+    other = LockKit(postgres_server.url, namespace=namespace, ttl=30)
+    got: list[float] = []
+    try:
+        time.sleep(1.0)  # the process is up and waiting at the head of the room
+        waiting = threading.Thread(
+            target=lambda: (
+                got.append(time.monotonic()) if other.lock("k").acquire(timeout=15) else None
+            )
+        )
+        waiting.start()
+        _until(lambda: _sessions(postgres_server)["advisory"] >= 1)  # queued behind the head
+        head.signal(signal.SIGKILL)
+        head.proc.wait(5)
+        time.sleep(0.3)
+        held.release()
+        released = time.monotonic()
+        waiting.join(15)
+        assert got, "the waiter behind the killed one never got the lock"
+        assert got[0] - released < 1.0, f"got it {got[0] - released:.2f} s after the release"
+    finally:
+        head.close()
+        other.close()
