@@ -19,22 +19,23 @@ SECRET = "s3cr3t-Pa55word"
 TESTS = Path(__file__).resolve().parent
 
 
-def _unreachable_urls() -> list[str]:
-    port = free_port()
-    fast = "socket_timeout=0.5"
-    return [
-        f"redis://127.0.0.1:{port}/0?password={SECRET}&{fast}",
-        f"redis://user:{SECRET}@127.0.0.1:{port}/0?{fast}",
-        f"redis://:{SECRET}@127.0.0.1:{port}/0?{fast}",
-        f"etcd://127.0.0.1:{port}?username=u&password={SECRET}&{fast}",
-        f"etcd://u:{SECRET}@127.0.0.1:{port}?{fast}",
-        f"zookeeper://u:{SECRET}@127.0.0.1:{port}/?{fast}&session_timeout=1",
-        f"zookeeper://127.0.0.1:{port}/?username=u&password={SECRET}&{fast}&session_timeout=1",
-    ]
+# URL templates, a free port filled in by the test: a port in the test's id would differ between
+# pytest-xdist workers, which must collect the same tests.
+UNREACHABLE_URLS = [
+    f"redis://127.0.0.1:{{port}}/0?password={SECRET}&socket_timeout=0.5",
+    f"redis://user:{SECRET}@127.0.0.1:{{port}}/0?socket_timeout=0.5",
+    f"redis://:{SECRET}@127.0.0.1:{{port}}/0?socket_timeout=0.5",
+    f"etcd://127.0.0.1:{{port}}?username=u&password={SECRET}&socket_timeout=0.5",
+    f"etcd://u:{SECRET}@127.0.0.1:{{port}}?socket_timeout=0.5",
+    f"zookeeper://u:{SECRET}@127.0.0.1:{{port}}/?socket_timeout=0.5&session_timeout=1",
+    f"zookeeper://127.0.0.1:{{port}}/?username=u&password={SECRET}&socket_timeout=0.5"
+    "&session_timeout=1",
+]
 
 
-@pytest.mark.parametrize("url", _unreachable_urls())
-def test_a_password_never_shows(url: str) -> None:
+@pytest.mark.parametrize("template", UNREACHABLE_URLS)
+def test_a_password_never_shows(template: str) -> None:
+    url = template.format(port=free_port())
     kit = LockKit(url)
     try:
         shown = [
