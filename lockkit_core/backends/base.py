@@ -189,6 +189,13 @@ class Backend(ABC):
         self.url = url
         self.options = self.parse_options(url, options)
 
+    def check_seconds(self, *names: str) -> None:
+        """ConfigError for any of the options ``names`` given as anything but a positive number
+        of seconds (a missing one is left to the backend's default)."""
+        for name in names:
+            if name in self.options and not self.options[name] > 0:
+                raise ConfigError(f"option {name!r} must be a positive number of seconds")
+
     @classmethod
     def url_options(cls, url: LockURL) -> dict[str, Any]:
         """Options the URL carries outside its query string: the user and password of its

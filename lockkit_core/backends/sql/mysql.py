@@ -91,9 +91,7 @@ class MySQLBackend(Backend):
 
     def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
         super().__init__(url, options)
-        for name in ("connect_timeout", "socket_timeout"):
-            if name in self.options and not self.options[name] > 0:
-                raise ConfigError(f"option {name!r} must be a positive number of seconds")
+        self.check_seconds("connect_timeout", "socket_timeout")
         database = url.path.lstrip("/")
         if not database or "/" in database:
             raise ConfigError(

@@ -86,9 +86,7 @@ class PostgresBackend(Backend):
 
     def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
         super().__init__(url, options)
-        for name in ("connect_timeout", "socket_timeout"):
-            if name in self.options and not self.options[name] > 0:
-                raise ConfigError(f"option {name!r} must be a positive number of seconds")
+        self.check_seconds("connect_timeout", "socket_timeout")
         self.table = check_table(self.options.get("table", DEFAULT_TABLE))
         from .pgpool import PgPool  # psycopg: imported once the registry checked it is there
 

@@ -72,9 +72,7 @@ class ZooKeeperBackend(Backend):
                     f"bad server {part!r} in the ZooKeeper URL {url.redacted()!r}: "
                     "each must be host:port, e.g. zookeeper://10.0.0.1:2181,10.0.0.2:2181/"
                 )
-        for name in ("session_timeout", "socket_timeout"):
-            if name in self.options and not self.options[name] > 0:
-                raise ConfigError(f"option {name!r} must be a positive number of seconds")
+        self.check_seconds("session_timeout", "socket_timeout")
         chroot = url.path.rstrip("/")
         if chroot and not chroot.startswith("/"):
             raise ConfigError(f"the ZooKeeper chroot must start with '/', got {chroot!r}")
