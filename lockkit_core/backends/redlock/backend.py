@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -24,6 +25,8 @@ NODE_TIMEOUT = 0.1
 #: background), which do not hold up a lock operation
 SOCKET_TIMEOUT = 2.0
 MIN_NODES = 3
+#: a node that failed to answer is not chosen as a key's home node for this long (seconds)
+DOWN_FOR = 1.0
 
 
 class RedlockBackend(Backend):
@@ -81,6 +84,8 @@ class RedlockBackend(Backend):
         self.quorum = quorum(len(self.nodes))
         self._fanout = Fanout(self.nodes, node_timeout)
         self._waiters: dict[tuple[str, str], RedlockWaiter] = {}
+        #: (monotonic) until when each node counts as down for choosing a home node
+        self._down_until = [0.0] * len(self.nodes)
 
     # -- one round on every node ----------------------------------------------------------------
 
@@ -119,6 +124,9 @@ class RedlockBackend(Backend):
             for node, reply in zip(self.nodes, replies, strict=True)
         ]
         yes = [grant is not None and grant.acquired for grant in grants]
+        for i, reply in enumerate(replies):
+            if reply.error is not None:
+                self._down_until[i] = sent + DOWN_FOR
         waiter = self._waiters.get((key, owner))
         if waiter is not None:
             waiter.held = yes
@@ -128,23 +136,25 @@ class RedlockBackend(Backend):
             -1 if g is None or g.retry_after is None else int(g.retry_after * 1000) for g in grants
         ]
         tally = self._tally(replies, yes, pttl)
-        # A queued caller lets the home node's queue decide the order: while that node gives
-        # its lock to someone else (a hand-over on its way to the next waiter), taking a
-        # majority of the other nodes would only make that waiter fail and go round again.
-        in_turn = waiter is None or yes[waiter.home] or replies[waiter.home].error is not None
-        if tally.won and in_turn:
+        if tally.won:
             # (a grant that took longer than its validity is given back by the caller)
             return Grant(True, None)
         # Lost: give back every node that may have granted, those whose answer is missing
         # too (the request may have arrived); the ones that said busy hold nothing of ours.
+        # A queued caller keeps its home node's lock, handed to it in its turn: it is its
+        # place in the line, not a majority, and it asks again after a short random pause
+        # (a contender that took the other nodes past the line gives them back).
+        keep = waiter.home if waiter is not None and yes[waiter.home] else None
         back = [
-            node.release_args(key, owner) if said_yes or reply.error is not None else None
-            for node, reply, said_yes in zip(self.nodes, replies, yes, strict=True)
+            node.release_args(key, owner)
+            if (said_yes or reply.error is not None) and i != keep
+            else None
+            for i, (node, reply, said_yes) in enumerate(zip(self.nodes, replies, yes, strict=True))
         ]
         if any(part is not None for part in back):
             self._fanout.call(f"give back {key!r}", 4, back)
         if waiter is not None:
-            waiter.held = [False] * len(self.nodes)
+            waiter.held = [i == keep for i in range(len(self.nodes))]
         if tally.unreachable:
             raise self._no_quorum(what, replies)
         return Grant(False, retry_after=tally.retry_after())
@@ -182,6 +192,18 @@ class RedlockBackend(Backend):
         waiter = RedlockWaiter(self, key, owner)
         self._waiters[(key, owner)] = waiter
         return waiter
+
+    def home_of(self, key: str) -> int:
+        """The node whose queue the waiters for ``key`` join: the key's hash picks one, the
+        same in every process; a node that failed in the last :data:`DOWN_FOR` seconds is
+        passed over for the next."""
+        first = zlib.crc32(key.encode("utf-8", "surrogatepass")) % len(self.nodes)
+        now = time.monotonic()
+        for step in range(len(self.nodes)):
+            i = (first + step) % len(self.nodes)
+            if self._down_until[i] <= now:
+                return i
+        return first
 
     def forget(self, waiter: RedlockWaiter) -> None:
         """``waiter`` is closed: attempts for its owner no longer report to it."""

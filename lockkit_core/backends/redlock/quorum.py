@@ -43,11 +43,10 @@ class Tally:
         return not self.won and self.yes + self.failed >= quorum(self.nodes)
 
     def retry_after(self) -> float | None:
-        """Seconds before the next attempt may win without any notice: after a split vote a
-        random pause (:data:`SPLIT_RETRY`); otherwise until enough of the busy nodes' leases
-        run out for a quorum of free nodes (None: unknown, a lease without expiry)."""
-        if self.yes:
-            return random.uniform(0.1, 1.0) * SPLIT_RETRY
+        """Seconds before the next attempt may win without any notice: until enough of the
+        busy nodes' leases run out for a majority of free ones (None: unknown), or, when a
+        majority is free already (a split vote, given back), a random pause up to
+        :data:`SPLIT_RETRY`, so that the contenders that split do not split again."""
         free = self.nodes - self.failed - len(self.busy_pttl_ms)
         need = quorum(self.nodes) - free
         if need <= 0:
