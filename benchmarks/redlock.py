@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                     got = isolated(pinning.client_cpu, _child, name, ports, cycles, warmup)
                     if name not in best or got["rate"] > best[name]["rate"]:
                         best[name] = got
-            rows = [{"name": name, **best[name]} for name in CONTENDERS]
+            rows: list[dict[str, Any]] = [{"name": name, **best[name]} for name in CONTENDERS]
             for row in rows:
                 row["ratio"] = row["rate"] / best[POTTERY]["rate"]
             load = load_average()

@@ -21,10 +21,11 @@ FIRST_POLL = 0.002
 class RedlockWaiter(Waiter):
     """Queued on the key's *home* node only: a node picked by the key's hash, the same in
     every process, so all waiters for a key line up in one order (``home_of``). Were they
-    queued on every node, each node would hand its lock to its own head at a release, the heads would differ
-    (requests reach the nodes in different orders), and no one would hold a majority. The
-    home node's release hands its lock to its head and tells that waiter's process on
-    pub/sub (as on redis://); the notice only wakes the caller, whose next attempt asks
+    queued on every node, each node would hand its lock to its own head at a release, the
+    heads would differ (requests reach the nodes in different orders), and no one would
+    hold a majority. The home node's release hands its lock to its head and tells that
+    waiter's process on pub/sub (as on redis://); the notice only wakes the caller, whose
+    next attempt asks
     every node. While the home node does not answer, the next node is home: waiters that
     notice the failure at different times may line up on two nodes for a while, which costs
     split votes and retries, never exclusion.
