@@ -25,10 +25,9 @@ class RedlockWaiter(Waiter):
     heads would differ (requests reach the nodes in different orders), and no one would
     hold a majority. The home node's release hands its lock to its head and tells that
     waiter's process on pub/sub (as on redis://); the notice only wakes the caller, whose
-    next attempt asks
-    every node. While the home node does not answer, the next node is home: waiters that
-    notice the failure at different times may line up on two nodes for a while, which costs
-    split votes and retries, never exclusion.
+    next attempt asks every node. While the home node does not answer, the next node is
+    home: waiters that notice the failure at different times may line up on two nodes for
+    a while, which costs split votes and retries, never exclusion.
 
     ``held[i]`` is node ``i``'s last answer to this caller's attempts: True when it granted.
     """
