@@ -19,6 +19,7 @@ from lockkit_core.doctor import Level, Report, diagnose
 from lockkit_core.errors import InsecureTransportWarning
 from lockkit_core.testing import RedisServer, TcpProxy
 from lockkit_core.testing.etcd import EtcdServer
+from lockkit_core.testing.mariadb import MariaDBServer
 from lockkit_core.testing.postgres import PostgresServer
 from lockkit_core.testing.redlock import RedlockNodes
 from lockkit_core.testing.servers import free_port
@@ -180,3 +181,10 @@ def test_celery_worker_start_refuses_an_unsafe_store(evicting: RedisServer) -> N
         doctor_app(app)
     app.conf.lockkit_doctor = "off"
     assert doctor_app(app) is None
+
+
+@pytest.mark.mysql
+def test_mysql_isolation_and_connection(mariadb_server: MariaDBServer) -> None:
+    report = diagnose(mariadb_server.url)
+    assert _levels(report)["isolation"] is Level.OK  # REPEATABLE READ, MariaDB's default
+    assert _levels(report)["pooler"] is Level.OK

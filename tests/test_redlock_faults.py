@@ -4,15 +4,18 @@ runs on three redis-servers of its own (``fault_nodes``)."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from lockkit_core import LockKit
 from lockkit_core.backends.redlock.quorum import Tally, quorum
+from lockkit_core.cli import cli
 from lockkit_core.errors import BackendUnavailable, ConfigError
 from lockkit_core.testing.contract.workers import exclusion_worker, init_counter, read_counter
 from lockkit_core.testing.redlock import RedlockNodes
@@ -177,3 +180,12 @@ def test_tally_counts_a_majority() -> None:
     # a majority free already (a split vote given back): a short random pause
     split = Tally(3, 0, [900], 0).retry_after()
     assert split is not None and split <= 0.01
+
+
+def test_lockkit_backends_shows_redlock_honestly() -> None:
+    result = CliRunner().invoke(cli, ["backends", "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = [r for r in json.loads(result.output) if r["scheme"] == "redlock"]
+    assert row["grade"] == "quorum"
+    assert "fencing" not in row["capabilities"] and "fair" not in row["capabilities"]
+    assert {"ttl", "notify", "cross_host"} <= set(row["capabilities"])
