@@ -189,3 +189,21 @@ def test_lockkit_backends_shows_redlock_honestly() -> None:
     assert row["grade"] == "quorum"
     assert "fencing" not in row["capabilities"] and "fair" not in row["capabilities"]
     assert {"ttl", "notify", "cross_host"} <= set(row["capabilities"])
+
+
+def test_a_majority_that_took_longer_than_the_ttl_is_not_a_lock(
+    fault_nodes: RedlockNodes,
+) -> None:
+    """Validity is ttl - elapsed - drift from before the first request: with one node paused
+    and a node timeout longer than the ttl, the two grants arrive spent; they are given back
+    and, after a few such rounds, the caller is told the link is slower than the ttl."""
+    kit = LockKit(fault_nodes.url("node_timeout=0.4"), namespace="slow", auto_renew=False)
+    try:
+        with kit.lock("warm"):
+            pass
+        fault_nodes.nodes[2].pause()
+        with pytest.raises(BackendUnavailable, match="arrived with their lease already over"):
+            kit.lock("k", ttl=0.2).acquire(timeout=5)
+    finally:
+        fault_nodes.nodes[2].resume()
+        kit.close()
