@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...errors import BackendError
+from ...errors import BackendError, BackendUnavailable
 from ..redis.scripts import Script
 from ..redis.wire import Packer
 
@@ -99,15 +99,23 @@ class Fanout:
             node = self._nodes[i]
             try:
                 if not conn.can_read(timeout=max(0.0, deadline - time.monotonic())):
-                    raise _NoAnswer(f"no answer within the node timeout of {self.node_timeout:g} s")
+                    raise _NoAnswer
                 replies[i] = Reply(conn.read_response())
             except self._noscript:
                 # the node restarted and lost its scripts: load it there and ask again
                 replies[i] = self._again(what, node, scripts[i], args[i])
             except self._response_error as exc:
                 replies[i] = Reply(error=node.failure(what, exc, may_retry=False))
+            except _NoAnswer:
+                conn.disconnect()  # the answer may still come; it must never be read as another's
+                replies[i] = Reply(
+                    error=BackendUnavailable(
+                        f"redis at {node.describe()} did not answer within the node timeout "
+                        f"({self.node_timeout:g} s) to {what}"
+                    )
+                )
             except BaseException as exc:
-                conn.disconnect()  # an answer may still come; it must never be read as another's
+                conn.disconnect()  # as above
                 if not isinstance(exc, self._failures):
                     raise
                 replies[i] = Reply(error=node.failure(what, exc, may_retry=False))
