@@ -6,7 +6,11 @@ Celery worker's start-up."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -188,3 +192,41 @@ def test_mysql_isolation_and_connection(mariadb_server: MariaDBServer) -> None:
     report = diagnose(mariadb_server.url)
     assert _levels(report)["isolation"] is Level.OK  # REPEATABLE READ, MariaDB's default
     assert _levels(report)["pooler"] is Level.OK
+
+
+@pytest.mark.redis
+def test_a_real_worker_refuses_to_start_on_an_unsafe_store(
+    evicting: RedisServer, tmp_path: Path
+) -> None:
+    (tmp_path / "doctorapp.py").write_text(
+        "from celery import Celery\n"
+        "import lockkit_celery  # noqa: F401\n"
+        "app = Celery('doctorapp', broker='memory://')\n"
+        f"app.conf.lockkit_url = {evicting.url!r}\n"
+        "app.conf.lockkit_doctor = 'refuse'\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    worker = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "doctorapp",
+            "worker",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "warning",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert worker.returncode == 1, worker.stderr[-2000:]
+    assert "the worker will not start" in worker.stderr
+    assert "maxmemory-policy" in worker.stderr
