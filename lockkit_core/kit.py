@@ -11,7 +11,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 from .admin import Admin
 from .backends.base import Backend, Capability
-from .config import UNSET, LockKitConfig, check_lock_ttl, check_timeout
+from .config import UNSET, LockKitConfig, Seconds, check_lock_ttl, check_timeout
 from .errors import ConfigError, NotSupported
 from .hold_table import Holds
 from .keys import KeyTemplate, check_key
@@ -49,9 +49,9 @@ class LockKit:
         url: Any = UNSET,
         *,
         namespace: Any = UNSET,
-        ttl: Any = UNSET,
+        ttl: Seconds = UNSET,
         auto_renew: Any = UNSET,
-        timeout: Any = UNSET,
+        timeout: Seconds = UNSET,
         options: Any = UNSET,
         config: LockKitConfig | None = None,
     ) -> None:
@@ -107,8 +107,8 @@ class LockKit:
         self,
         key: str,
         *,
-        ttl: Any = UNSET,
-        timeout: Any = UNSET,
+        ttl: Seconds = UNSET,
+        timeout: Seconds = UNSET,
         auto_renew: Any = UNSET,
         reentrant: bool = True,
         fair: bool = False,
@@ -134,8 +134,8 @@ class LockKit:
 
     def _lock_options(
         self,
-        ttl: Any,
-        timeout: Any,
+        ttl: Seconds,
+        timeout: Seconds,
         auto_renew: Any,
         fair: bool,
         on_lost: OnLost | Iterable[OnLost] | None,
@@ -186,7 +186,7 @@ class LockKit:
         self._require_shared("rwlock")
         return RWLock(self, key)
 
-    def semaphore(self, key: str, limit: int, *, timeout: Any = UNSET) -> Semaphore:
+    def semaphore(self, key: str, limit: int, *, timeout: Seconds = UNSET) -> Semaphore:
         """One of ``limit`` places on ``key``: ``with kit.semaphore(key, limit=3): ...``."""
         self._require_shared("semaphore")
         return Semaphore(self, key, limit, timeout)
@@ -202,8 +202,8 @@ class LockKit:
         self,
         key: str | Callable[..., str],
         *,
-        ttl: Any = UNSET,
-        timeout: Any = UNSET,
+        ttl: Seconds = UNSET,
+        timeout: Seconds = UNSET,
         auto_renew: Any = UNSET,
         reentrant: bool = True,
         fair: bool = False,

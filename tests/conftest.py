@@ -19,6 +19,7 @@ pytest_plugins = [
     "async_support",
     "djtasks_fixtures",
     "etcd_fixtures",
+    "fault_results",
     "mariadb_fixtures",
     "postgres_fixtures",
     "redlock_fixtures",

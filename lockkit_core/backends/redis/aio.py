@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...errors import BackendError, BackendUnavailable
+from ...py310 import wait_at_most
 from ...sansio import arun
 from ..aio import AsyncOps, AsyncWaiter
 from ..base import Grant
@@ -131,9 +132,7 @@ class LoopEvent:
 
     async def wait(self, seconds: float) -> None:
         """Wait up to ``seconds`` for :meth:`set`, then clear it."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._event.wait()
+        await wait_at_most(self._event.wait(), seconds)
         self._event.clear()
 
 

@@ -18,7 +18,12 @@ PREFIX = "lockkit:{"
 
 
 def _script(name: str) -> str:
-    return resources.files("lockkit_core.backends.redis").joinpath("lua", f"{name}.lua").read_text()
+    return (
+        resources.files("lockkit_core.backends.redis")
+        .joinpath("lua")
+        .joinpath(f"{name}.lua")
+        .read_text()
+    )
 
 
 def stored_key(full_key: str) -> str:
