@@ -18,6 +18,7 @@ from ...url import LockURL
 from ..aio import AsyncOps
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter
 from .aio import RedisOps
+from .connect import check_tls_options, warn_plain_password
 from .leaver import Leaver
 from .listener import Listener, as_text
 from .scripts import PREFIX, Script, owner_id, stored_key, stored_keys
@@ -84,6 +85,8 @@ class RedisBackend(Backend):
 
     def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
         super().__init__(url, options)
+        check_tls_options(url, self.options)
+        warn_plain_password(url, self.options)
         import redis as redis_module
         import redis.asyncio  # here, not on an event loop: the import takes milliseconds
         from redis.backoff import NoBackoff
