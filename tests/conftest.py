@@ -21,6 +21,7 @@ pytest_plugins = [
     "etcd_fixtures",
     "mariadb_fixtures",
     "postgres_fixtures",
+    "redis_deploy_fixtures",
     "web_fixtures",
     "zookeeper_fixtures",
 ]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import uuid
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +17,6 @@ from lockkit_core.backends.redis.connect import PlainPasswordWarning
 from lockkit_core.testing.redis_tls import TlsRedisServer
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture(scope="session")
-def tls_server() -> Iterator[TlsRedisServer]:
-    server = TlsRedisServer()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def _kit(server: TlsRedisServer, **options: Any) -> LockKit:

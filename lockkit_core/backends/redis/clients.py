@@ -1,0 +1,178 @@
+"""The redis-py clients one backend talks through, made from a URL or from the app's own client.
+
+A backend needs three things: a client for the lock operations and admin reads, a separate
+pool for the release listener (pub/sub holds its connection for as long as anyone waits), and
+a way to make a ``redis.asyncio`` client on each event loop. :func:`from_url` makes all three
+from ``redis://``/``rediss://``/``unix://``; :func:`from_client` takes an app's client
+(``LockKit.from_redis``) and uses *its* pool for the lock operations, giving each connection
+back after every call, so lock connections count once against the app's ``max_connections``;
+the listener and the asyncio clients get pools of their own built from the same connection
+settings (host, TLS files, credentials, timeouts).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...errors import ConfigError
+
+if TYPE_CHECKING:
+    import redis
+    import redis.asyncio
+
+__all__ = ["Clients", "client_url", "from_client", "from_url"]
+
+#: connections of one event loop's client unless the ``max_connections`` option says
+ASYNC_MAX_CONNECTIONS = 8
+#: connection settings that belong to the pool that made them, never copied to another
+_POOL_OWNED = ("himport_registry", "maint_notifications_pool_handler", "connection_pool")
+
+
+@dataclass
+class Clients:
+    """What a backend talks through (see the module docstring)."""
+
+    client: redis.Redis
+    listener: redis.Redis
+    #: makes one ``redis.asyncio`` client, on the running event loop
+    make_async: Callable[[], redis.asyncio.Redis]
+    #: the client's pool is the app's: give each connection back after a call
+    shared: bool
+    socket_timeout: float
+
+
+def _no_retries() -> dict[str, Any]:
+    # No driver retries: they would stretch the caller's timeout. The backend retries
+    # idempotent calls once itself (RedisBackend._call).
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    return {"retry": Retry(NoBackoff(), 0), "retry_on_error": []}
+
+
+def from_url(url: str, kwargs: dict[str, Any]) -> Clients:
+    """Clients for the bare ``url`` (options already taken out of it) and redis-py ``kwargs``;
+    redis-py's ``ValueError``/``TypeError`` for a bad one."""
+    import redis
+    import redis.asyncio
+    from redis.asyncio.retry import Retry as AsyncRetry
+    from redis.backoff import NoBackoff
+
+    kwargs = {**kwargs, **_no_retries()}
+    client = redis.Redis.from_url(url, **kwargs)
+    # The release listener has a pool of its own: taking a warm connection from the
+    # command pool would make the next attempt open (and handshake) a new one.
+    listener = redis.Redis.from_url(url, **kwargs)
+    options = {k: v for k, v in kwargs.items() if k not in ("retry", "retry_on_error")}
+
+    def make_async() -> redis.asyncio.Redis:
+        settings = dict(options)
+        # Many tasks share the loop's connections: one waits (on the loop) for a free one,
+        # within the socket timeout, rather than failing with "too many connections".
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            url,
+            max_connections=settings.pop("max_connections", ASYNC_MAX_CONNECTIONS),
+            timeout=settings.get("socket_timeout", 5.0),
+            retry=AsyncRetry(NoBackoff(), 0),
+            **settings,
+        )
+        return redis.asyncio.Redis(connection_pool=pool)
+
+    timeout = float(kwargs.get("socket_timeout") or 5.0)
+    return Clients(client, listener, make_async, shared=True, socket_timeout=timeout)
+
+
+def _accepted(cls: type, settings: dict[str, Any]) -> dict[str, Any]:
+    """The ``settings`` that ``cls(...)`` takes (its own and its bases' ``__init__``)."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            names.update(inspect.signature(init).parameters)
+    return {k: v for k, v in settings.items() if k in names and k not in _POOL_OWNED}
+
+
+def _settings(client: Any) -> tuple[Any, dict[str, Any]]:
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if pool is None or not isinstance(kwargs, dict):
+        raise ConfigError(
+            f"LockKit.from_redis() needs a redis.Redis client (from redis-py), or a Sentinel "
+            f"master client; got {type(client).__name__}"
+        )
+    return pool, dict(kwargs)
+
+
+def from_client(client: Any) -> Clients:
+    """Clients around an app's ``redis.Redis`` (or ``Sentinel.master_for(...)``): its pool
+    for the lock operations, pools of the same settings for the listener and asyncio."""
+    import redis
+    import redis.asyncio
+    from redis.asyncio.retry import Retry as AsyncRetry
+    from redis.backoff import NoBackoff
+
+    if not isinstance(client, redis.Redis):
+        raise ConfigError(
+            "LockKit.from_redis() needs a redis.Redis client (from redis-py), a Sentinel "
+            f"master client or a RedisCluster; got {type(client).__name__}"
+        )
+    pool, settings = _settings(client)
+    listener_pool = _copy_pool(pool, settings)
+    listener = redis.Redis(connection_pool=listener_pool)
+    async_class = _async_connection_class(pool.connection_class)
+
+    def make_async() -> redis.asyncio.Redis:
+        apool = redis.asyncio.BlockingConnectionPool(
+            connection_class=async_class,
+            max_connections=ASYNC_MAX_CONNECTIONS,
+            timeout=settings.get("socket_timeout") or 5.0,
+            **{**_accepted(async_class, settings), "retry": AsyncRetry(NoBackoff(), 0)},
+        )
+        return redis.asyncio.Redis(connection_pool=apool)
+
+    timeout = float(settings.get("socket_timeout") or 5.0)
+    return Clients(client, listener, make_async, shared=True, socket_timeout=timeout)
+
+
+def _copy_pool(pool: Any, settings: dict[str, Any]) -> Any:
+    """A pool of two connections with ``pool``'s settings (its class: a Sentinel pool keeps
+    following the master)."""
+    import redis
+    from redis.sentinel import SentinelConnectionPool
+
+    kept = {**_accepted(pool.connection_class, settings), **_no_retries()}
+    if isinstance(pool, SentinelConnectionPool):
+        return SentinelConnectionPool(  # type: ignore[no-untyped-call]
+            pool.service_name, pool.sentinel_manager, max_connections=2, **kept
+        )
+    return redis.ConnectionPool(connection_class=pool.connection_class, max_connections=2, **kept)
+
+
+def _async_connection_class(cls: type) -> type:
+    """The ``redis.asyncio`` connection class that speaks as ``cls`` does."""
+    import redis.asyncio.connection as aconn
+    import redis.connection as sconn
+
+    for name in ("SSLConnection", "UnixDomainSocketConnection", "Connection"):
+        if issubclass(cls, getattr(sconn, name)):
+            found: type = getattr(aconn, name)
+            return found
+    raise ConfigError(f"LockKit.from_redis(): unknown redis-py connection class {cls.__name__}")
+
+
+def client_url(client: Any) -> str:
+    """A URL that names where ``client`` connects (never its password), for messages and
+    ``lockkit info``."""
+    import redis.connection
+
+    pool, settings = _settings(client)
+    tls = issubclass(pool.connection_class, redis.connection.SSLConnection)
+    scheme = "rediss" if tls else "redis"
+    if settings.get("path"):
+        return f"unix://{settings['path']}?db={settings.get('db', 0)}"
+    user = f"{settings['username']}@" if settings.get("username") else ""
+    host = settings.get("host", "localhost")
+    return f"{scheme}://{user}{host}:{settings.get('port', 6379)}/{settings.get('db', 0)}"

@@ -1,0 +1,20 @@
+"""Session fixtures for the Redis deployments beyond one plain server: TLS (and, in their own
+modules' turn, Sentinel and Cluster), each started once per test session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from lockkit_core.testing.redis_tls import TlsRedisServer
+
+
+@pytest.fixture(scope="session")
+def tls_server() -> Iterator[TlsRedisServer]:
+    """A TLS redis-server that wants a client certificate and an ACL user's password."""
+    server = TlsRedisServer()
+    try:
+        yield server
+    finally:
+        server.close()
