@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from lockkit_core.testing.redis_sentinel import SentinelDeployment
 from lockkit_core.testing.redis_tls import TlsRedisServer
 
 
@@ -18,3 +19,13 @@ def tls_server() -> Iterator[TlsRedisServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def sentinel_deployment() -> Iterator[SentinelDeployment]:
+    """A master, its replica and three sentinels; tests that fail it over heal it after."""
+    deployment = SentinelDeployment()
+    try:
+        yield deployment
+    finally:
+        deployment.close()

@@ -23,7 +23,14 @@ if TYPE_CHECKING:
     import redis
     import redis.asyncio
 
-__all__ = ["Clients", "client_url", "from_client", "from_url"]
+__all__ = [
+    "ASYNC_MAX_CONNECTIONS",
+    "Clients",
+    "client_url",
+    "from_client",
+    "from_url",
+    "no_retries",
+]
 
 #: connections of one event loop's client unless the ``max_connections`` option says
 ASYNC_MAX_CONNECTIONS = 8
@@ -44,7 +51,7 @@ class Clients:
     socket_timeout: float
 
 
-def _no_retries() -> dict[str, Any]:
+def no_retries() -> dict[str, Any]:
     # No driver retries: they would stretch the caller's timeout. The backend retries
     # idempotent calls once itself (RedisBackend._call).
     from redis.backoff import NoBackoff
@@ -61,7 +68,7 @@ def from_url(url: str, kwargs: dict[str, Any]) -> Clients:
     from redis.asyncio.retry import Retry as AsyncRetry
     from redis.backoff import NoBackoff
 
-    kwargs = {**kwargs, **_no_retries()}
+    kwargs = {**kwargs, **no_retries()}
     client = redis.Redis.from_url(url, **kwargs)
     # The release listener has a pool of its own: taking a warm connection from the
     # command pool would make the next attempt open (and handshake) a new one.
@@ -122,6 +129,10 @@ def from_client(client: Any) -> Clients:
     pool, settings = _settings(client)
     listener_pool = _copy_pool(pool, settings)
     listener = redis.Redis(connection_pool=listener_pool)
+    timeout = float(settings.get("socket_timeout") or 5.0)
+    sentinel_async = _sentinel_async(pool, settings)
+    if sentinel_async is not None:
+        return Clients(client, listener, sentinel_async, shared=True, socket_timeout=timeout)
     async_class = _async_connection_class(pool.connection_class)
 
     def make_async() -> redis.asyncio.Redis:
@@ -133,8 +144,39 @@ def from_client(client: Any) -> Clients:
         )
         return redis.asyncio.Redis(connection_pool=apool)
 
-    timeout = float(settings.get("socket_timeout") or 5.0)
     return Clients(client, listener, make_async, shared=True, socket_timeout=timeout)
+
+
+def _sentinel_async(pool: Any, settings: dict[str, Any]) -> Callable[[], Any] | None:
+    """For a ``Sentinel.master_for(...)`` client: how to make an asyncio client that asks the
+    same sentinels for the same master; None for any other pool."""
+    from redis.asyncio.retry import Retry as AsyncRetry
+    from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+    from redis.asyncio.sentinel import SentinelManagedConnection
+    from redis.backoff import NoBackoff
+    from redis.sentinel import SentinelConnectionPool
+
+    if not isinstance(pool, SentinelConnectionPool):
+        return None
+    hosts: list[tuple[str, int]] = []
+    sentinel_kwargs: dict[str, Any] = {}
+    for sentinel in pool.sentinel_manager.sentinels:
+        known = sentinel.connection_pool.connection_kwargs
+        hosts.append((known.get("host", "localhost"), known.get("port", 26379)))
+        sentinel_kwargs = {
+            k: known[k]
+            for k in ("socket_timeout", "socket_connect_timeout", "username", "password")
+            if known.get(k) is not None
+        }
+    kept = _accepted(SentinelManagedConnection, settings)
+    service = pool.service_name
+
+    def make_async() -> Any:
+        manager = AsyncSentinel(hosts, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
+        kept["retry"] = AsyncRetry(NoBackoff(), 0)
+        return manager.master_for(service, max_connections=ASYNC_MAX_CONNECTIONS, **kept)
+
+    return make_async
 
 
 def _copy_pool(pool: Any, settings: dict[str, Any]) -> Any:
@@ -143,7 +185,7 @@ def _copy_pool(pool: Any, settings: dict[str, Any]) -> Any:
     import redis
     from redis.sentinel import SentinelConnectionPool
 
-    kept = {**_accepted(pool.connection_class, settings), **_no_retries()}
+    kept = {**_accepted(pool.connection_class, settings), **no_retries()}
     if isinstance(pool, SentinelConnectionPool):
         return SentinelConnectionPool(  # type: ignore[no-untyped-call]
             pool.service_name, pool.sentinel_manager, max_connections=2, **kept

@@ -22,6 +22,8 @@ __all__ = ["TLS_OPTIONS", "PlainPasswordWarning", "check_tls_options", "warn_pla
 
 #: the options that configure TLS (redis-py's names); they need a ``rediss://`` URL
 TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname")
+#: schemes that send the password unencrypted over TCP
+PLAIN_SCHEMES = ("redis", "redis+sentinel", "redis+cluster")
 #: what ``ssl_cert_reqs`` may say: whether the server's certificate is checked
 CERT_REQS = ("required", "optional", "none")
 
@@ -92,7 +94,13 @@ def _loopback(host: str | None) -> bool:
 def warn_plain_password(url: LockURL, options: Mapping[str, Any]) -> None:
     """Warn (:class:`PlainPasswordWarning`) when ``redis://`` would send a password to a
     host other than this one: anyone on the path can read it, and replay it."""
-    if url.scheme != "redis" or options.get("password") is None or _loopback(url.host):
+    if url.scheme not in PLAIN_SCHEMES or options.get("password") is None:
+        return
+    # several servers ("h1:26379,h2:26379"): any of them on another host
+    hosts = [part.rpartition(":")[0] or part for part in (url.host or "").split(",")]
+    if url.port is not None or len(hosts) == 1:
+        hosts = [url.host or ""]
+    if all(_loopback(host or None) for host in hosts):
         return
     warnings.warn(
         f"lockkit sends the redis password for {url.redacted()} in plain text over the "

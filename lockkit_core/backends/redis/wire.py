@@ -138,6 +138,11 @@ class Connections:
         try:
             if self._stale(conn):
                 conn.disconnect()
+            if getattr(conn, "_sock", None) is None:
+                # Connect through connect(), as the pool does: a Sentinel-managed connection
+                # asks the sentinels for the master there (sending would connect to the
+                # address it had, a master that may be gone).
+                conn.connect()
             conn.send_packed_command((packed,))
             return conn.read_response()
         except self._response_error:
