@@ -27,6 +27,7 @@ _BUILTIN: dict[str, str] = {
     "redis": "lockkit_core.backends.redis:RedisBackend",
     "rediss": "lockkit_core.backends.redis:RedisBackend",
     "unix": "lockkit_core.backends.redis:RedisBackend",
+    "redis+cluster": "lockkit_core.backends.redis.cluster:RedisClusterBackend",
     "redis+sentinel": "lockkit_core.backends.redis.sentinel:RedisSentinelBackend",
     "zookeeper": "lockkit_core.backends.zookeeper:ZooKeeperBackend",
     "etcd": "lockkit_core.backends.etcd:EtcdBackend",

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from lockkit_core.testing.redis_cluster import RedisClusterDeployment
 from lockkit_core.testing.redis_sentinel import SentinelDeployment
 from lockkit_core.testing.redis_tls import TlsRedisServer
 
@@ -29,3 +30,13 @@ def sentinel_deployment() -> Iterator[SentinelDeployment]:
         yield deployment
     finally:
         deployment.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterDeployment]:
+    """Three masters and three replicas in one Redis Cluster; failover tests heal it after."""
+    cluster = RedisClusterDeployment()
+    try:
+        yield cluster
+    finally:
+        cluster.close()

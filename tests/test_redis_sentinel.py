@@ -69,7 +69,7 @@ def test_locks_and_hand_over_on_the_master(sentinel_deployment: SentinelDeployme
 def test_sentinel_url_errors_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="mymaster"):
         LockKit("redis+sentinel://127.0.0.1:26379")
-    with pytest.raises(ConfigError, match="sentinel address"):
+    with pytest.raises(ConfigError, match="bad server address"):
         LockKit("redis+sentinel://127.0.0.1:26379,127.0.0.1:x/mymaster/0")
 
 

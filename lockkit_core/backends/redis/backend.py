@@ -60,6 +60,8 @@ class RedisBackend(Backend):
         | Capability.HAND_OFF
     )
     grade: ClassVar[Grade] = Grade.SINGLE_NODE
+    #: hand-over notices go over sharded pub/sub, on a channel in the lock's slot (cluster)
+    sharded: ClassVar[bool] = False
     option_types: ClassVar[Mapping[str, type]] = {
         "socket_timeout": float,
         "socket_connect_timeout": float,
@@ -107,17 +109,17 @@ class RedisBackend(Backend):
         self.listener_client: redis.Redis = clients.listener
         self._shared_pool = clients.shared
         # One script, two call shapes: operations on a held lock need only its record.
-        self._script = Script(self.client, "lock", 4, give_back=clients.shared)
-        self._script_on_record = Script(self.client, "lock", 1, give_back=clients.shared)
+        self._script = self.new_script(4)
+        self._script_on_record = self.new_script(1)
         # ... and batches (begin_run, end_run), by their number of keys
         self._batches: dict[int, Script] = {}
-        self._one_slot = False  # cluster mode: no script over several locks' slots
+        self._one_slot = self.sharded  # cluster mode: no script over several locks' slots
         self._queued: dict[tuple[str, str], RedisWaiter] = {}
         # The highest fencing token this backend has seen on any key: no later grant is
         # lower, even when the server lost its counters and its clock is behind.
         self._floor = 0
         self._holder = f"{socket.gethostname()} pid "
-        self._listener = Listener(self)
+        self._listener = Listener(self, sharded=self.sharded)
         #: leaves queues, and gives back what abandoned attempts may take, for owners gone
         self.leaver = Leaver(self.leave)
         self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RedisOps] = (
@@ -147,6 +149,10 @@ class RedisBackend(Backend):
             return clients_from_url(bare, kwargs)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"bad redis URL or option for {url.redacted()}: {exc}") from exc
+
+    def new_script(self, numkeys: int) -> Script:
+        """The lock script, called with ``numkeys`` keys, on this backend's client."""
+        return Script(self.client, "lock", numkeys, give_back=self._shared_pool)
 
     @classmethod
     def from_client(cls, client: Any) -> RedisBackend:
@@ -225,7 +231,7 @@ class RedisBackend(Backend):
         ms = max(1, int(ttl * 1000))
         holder = self._holder + str(os.getpid())
         waiter = self._queued.get((key, owner))
-        channel = self._listener.channel if waiter is not None else ""
+        channel = self._listener.channel_for(key) if waiter is not None else ""
         who = waiter.id if waiter is not None else owner_id(owner)
         fair = "0" if waiter is not None and not waiter.fair else "1"
         keys = stored_keys(stored_key(key))
@@ -362,9 +368,7 @@ class RedisBackend(Backend):
             args += [name, when, len(rest), *rest]
         script = self._batches.get(len(stored))
         if script is None:
-            script = self._batches[len(stored)] = Script(
-                self.client, "lock", len(stored), give_back=self._shared_pool
-            )
+            script = self._batches[len(stored)] = self.new_script(len(stored))
         crossslot = self._redis.exceptions.ClusterCrossSlotError
 
         def run() -> list[Any] | None:
@@ -447,7 +451,7 @@ class RedisBackend(Backend):
     def after_fork_in_child(self) -> None:
         # redis-py's pool notices the new pid and opens fresh connections; the listener
         # and leaver threads did not survive the fork, so start from new ones.
-        self._listener = Listener(self)
+        self._listener = Listener(self, sharded=self.sharded)
         self.leaver = Leaver(self.leave)
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigError
+from ...url import LockURL
 
 if TYPE_CHECKING:
     import redis
@@ -30,6 +31,7 @@ __all__ = [
     "from_client",
     "from_url",
     "no_retries",
+    "split_hosts",
 ]
 
 #: connections of one event loop's client unless the ``max_connections`` option says
@@ -203,6 +205,24 @@ def _async_connection_class(cls: type) -> type:
             found: type = getattr(aconn, name)
             return found
     raise ConfigError(f"LockKit.from_redis(): unknown redis-py connection class {cls.__name__}")
+
+
+def split_hosts(url: LockURL, default_port: int, example: str) -> list[tuple[str, int]]:
+    """The ``(host, port)`` pairs of a several-server URL (``h1:p1,h2:p2``); ``example`` shows
+    the right form in the error for a bad one."""
+    text = url.host if url.port is None else f"{url.host}:{url.port}"
+    hosts: list[tuple[str, int]] = []
+    for part in (text or "").split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep:
+            host, port = port, str(default_port)
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(
+                f"bad server address {part!r} in {url.redacted()}: give host:port pairs, "
+                f"comma-separated: {example}"
+            )
+        hosts.append((host.strip("[]"), int(port)))
+    return hosts
 
 
 def client_url(client: Any) -> str:

@@ -12,12 +12,13 @@ from .wire import Packer, connections_for
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["PREFIX", "Script", "owner_id", "stored_key", "stored_keys"]
+__all__ = ["PREFIX", "Script", "owner_id", "script_source", "stored_key", "stored_keys"]
 
 PREFIX = "lockkit:{"
 
 
-def _script(name: str) -> str:
+def script_source(name: str) -> str:
+    """The text of ``lua/<name>.lua``."""
     return resources.files("lockkit_core.backends.redis").joinpath("lua", f"{name}.lua").read_text()
 
 
@@ -50,7 +51,7 @@ class Script:
         from redis.exceptions import NoScriptError
 
         self._noscript = NoScriptError
-        self.source = _script(name)
+        self.source = script_source(name)
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()  # noqa: S324 (Redis' id)
         self.numkeys = numkeys
         self._packer = Packer(("EVALSHA", self.sha, numkeys))

@@ -28,7 +28,7 @@ from ...errors import ConfigError
 from ...url import LockURL
 from ..base import Grade
 from .backend import RedisBackend
-from .clients import ASYNC_MAX_CONNECTIONS, Clients, no_retries
+from .clients import ASYNC_MAX_CONNECTIONS, Clients, no_retries, split_hosts
 
 if TYPE_CHECKING:
     import redis.asyncio
@@ -40,19 +40,7 @@ DEFAULT_SENTINEL_PORT = 26379
 
 def sentinel_hosts(url: LockURL) -> list[tuple[str, int]]:
     """The ``(host, port)`` of each sentinel in ``url`` (port 26379 when left out)."""
-    text = url.host if url.port is None else f"{url.host}:{url.port}"
-    hosts: list[tuple[str, int]] = []
-    for part in (text or "").split(","):
-        host, sep, port = part.strip().rpartition(":")
-        if not sep:
-            host, port = port, str(DEFAULT_SENTINEL_PORT)
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(
-                f"bad sentinel address {part!r} in {url.redacted()}: give host:port pairs, "
-                "comma-separated: redis+sentinel://s1:26379,s2:26379/mymaster/0"
-            )
-        hosts.append((host.strip("[]"), int(port)))
-    return hosts
+    return split_hosts(url, DEFAULT_SENTINEL_PORT, "redis+sentinel://s1:26379,s2:26379/mymaster/0")
 
 
 class RedisSentinelBackend(RedisBackend):
