@@ -141,3 +141,26 @@ def test_cluster_url_errors_are_config_errors() -> None:
         LockKit("redis+cluster://127.0.0.1:7000/3")
     with pytest.raises(ConfigError, match="unknown option 'db'"):
         LockKit("redis+cluster://127.0.0.1:7000/?db=1")
+
+
+def test_the_apps_cluster_client(redis_cluster: RedisClusterDeployment) -> None:
+    import asyncio
+
+    client = _data(redis_cluster)
+    kit = LockKit.from_redis(client, namespace=f"o{uuid.uuid4().hex[:8]}", ttl=5)
+    assert kit.backend.url.scheme == "redis+cluster"
+    assert kit.backend.grade is Grade.REPLICATED_ASYNC
+    try:
+        with kit.lock("x") as held:
+            assert held.token is not None
+            assert not kit.lock("x", reentrant=False).acquire(timeout=0)
+
+        async def main() -> int | None:
+            async with kit.lock("y") as held:
+                return held.token
+
+        assert asyncio.run(main()) is not None
+    finally:
+        kit.close()
+    assert client.ping()  # close() left the app's client open
+    client.close()

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from lockkit_core import BackendUnavailable, ConfigError, LockKit
-from lockkit_core.backends.redis.connect import PlainPasswordWarning
+from lockkit_core.errors import InsecureTransportWarning
 from lockkit_core.testing.redis_tls import TlsRedisServer
 
 pytestmark = pytest.mark.redis
@@ -106,9 +106,9 @@ def test_tls_options_on_a_plain_url_are_a_config_error(tmp_path: Path) -> None:
 
 def test_a_password_sent_in_plain_text_to_another_host_warns() -> None:
     # 192.0.2.0/24 is TEST-NET-1: nothing answers there, and nothing is sent (no lock taken)
-    with pytest.warns(PlainPasswordWarning, match="192.0.2.10"):
+    with pytest.warns(InsecureTransportWarning, match="192.0.2.10"):
         LockKit("redis://:pw@192.0.2.10:6379/0").close()
-    with pytest.warns(PlainPasswordWarning):
+    with pytest.warns(InsecureTransportWarning):
         LockKit("redis://192.0.2.10:6379/0", options={"password": "pw"}).close()
     with warnings.catch_warnings():
         warnings.simplefilter("error")

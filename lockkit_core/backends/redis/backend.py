@@ -160,7 +160,13 @@ class RedisBackend(Backend):
         :func:`.clients.from_client`."""
         from ...url import parse_url
 
-        return cls(parse_url(client_url(client)), {}, clients=clients_from_client(client))
+        clients = clients_from_client(client)
+        url = parse_url(client_url(client))
+        if url.scheme == "redis+cluster" and not cls.sharded:
+            from .cluster import RedisClusterBackend
+
+            return RedisClusterBackend(url, {}, clients=clients)
+        return cls(url, {}, clients=clients)
 
     # -- error boundary ------------------------------------------------------------------------
 

@@ -36,6 +36,15 @@ __all__ = [
 
 #: connections of one event loop's client unless the ``max_connections`` option says
 ASYNC_MAX_CONNECTIONS = 8
+#: connection settings that mean the same on every node of a cluster (no host, no pool state)
+_PORTABLE = frozenset(
+    (
+        "username", "password", "credential_provider", "socket_timeout",
+        "socket_connect_timeout", "socket_keepalive", "socket_keepalive_options", "client_name",
+        "protocol", "encoding", "encoding_errors", "decode_responses", "health_check_interval",
+        "ssl",
+    )
+)  # fmt: skip
 #: connection settings that belong to the pool that made them, never copied to another
 _POOL_OWNED = ("himport_registry", "maint_notifications_pool_handler", "connection_pool")
 
@@ -123,6 +132,8 @@ def from_client(client: Any) -> Clients:
     from redis.asyncio.retry import Retry as AsyncRetry
     from redis.backoff import NoBackoff
 
+    if isinstance(client, redis.RedisCluster):
+        return _from_cluster_client(client)
     if not isinstance(client, redis.Redis):
         raise ConfigError(
             "LockKit.from_redis() needs a redis.Redis client (from redis-py), a Sentinel "
@@ -181,6 +192,39 @@ def _sentinel_async(pool: Any, settings: dict[str, Any]) -> Callable[[], Any] | 
     return make_async
 
 
+def cluster_seeds(client: Any) -> list[tuple[str, int]]:
+    """The masters a ``RedisCluster`` knows, as ``(host, port)``."""
+    return [(node.host, int(node.port)) for node in client.get_primaries()]
+
+
+def _from_cluster_client(client: Any) -> Clients:
+    """Around an app's ``RedisCluster``: its own routing (and pools) for the lock scripts; a
+    cluster client of the same settings for the sharded listener; asyncio likewise."""
+    import redis.asyncio.cluster
+    from redis.asyncio.retry import Retry as AsyncRetry
+    from redis.backoff import NoBackoff
+    from redis.cluster import ClusterNode, RedisCluster
+
+    settings = dict(client.nodes_manager.connection_kwargs)
+    seeds = cluster_seeds(client)
+    kept = {k: v for k, v in settings.items() if k in _PORTABLE or k.startswith("ssl")}
+    listener: Any = RedisCluster(
+        startup_nodes=[ClusterNode(h, p) for h, p in seeds],  # type: ignore[no-untyped-call]
+        **kept,
+    )
+    async_kept = {k: v for k, v in kept.items() if k != "ssl_ca_data" or v is not None}
+
+    def make_async() -> Any:
+        return redis.asyncio.cluster.RedisCluster(
+            startup_nodes=[redis.asyncio.cluster.ClusterNode(h, p) for h, p in seeds],
+            retry=AsyncRetry(NoBackoff(), 3),
+            **async_kept,
+        )
+
+    timeout = float(settings.get("socket_timeout") or 5.0)
+    return Clients(client, listener, make_async, shared=True, socket_timeout=timeout)
+
+
 def _copy_pool(pool: Any, settings: dict[str, Any]) -> Any:
     """A pool of two connections with ``pool``'s settings (its class: a Sentinel pool keeps
     following the master)."""
@@ -230,6 +274,9 @@ def client_url(client: Any) -> str:
     ``lockkit info``."""
     import redis.connection
 
+    if isinstance(client, redis.RedisCluster):
+        seeds = ",".join(f"{host}:{port}" for host, port in cluster_seeds(client))
+        return f"redis+cluster://{seeds}/"
     pool, settings = _settings(client)
     tls = issubclass(pool.connection_class, redis.connection.SSLConnection)
     scheme = "rediss" if tls else "redis"

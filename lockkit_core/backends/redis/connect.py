@@ -9,16 +9,20 @@ when the kit is made.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import ssl
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from ...errors import ConfigError
+from ...errors import ConfigError, InsecureTransportWarning
+from ...store_warnings import outside_lockkit
 from ...url import LockURL
 
-__all__ = ["TLS_OPTIONS", "PlainPasswordWarning", "check_tls_options", "warn_plain_password"]
+__all__ = ["TLS_OPTIONS", "check_tls_options", "warn_plain_password"]
+
+log = logging.getLogger("lockkit.redis")
 
 #: the options that configure TLS (redis-py's names); they need a ``rediss://`` URL
 TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname")
@@ -26,10 +30,6 @@ TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "
 PLAIN_SCHEMES = ("redis", "redis+sentinel", "redis+cluster")
 #: what ``ssl_cert_reqs`` may say: whether the server's certificate is checked
 CERT_REQS = ("required", "optional", "none")
-
-
-class PlainPasswordWarning(UserWarning):
-    """A redis password would go to another host over plain TCP (``redis://``, no TLS)."""
 
 
 def check_tls_options(url: LockURL, options: Mapping[str, Any]) -> None:
@@ -92,8 +92,9 @@ def _loopback(host: str | None) -> bool:
 
 
 def warn_plain_password(url: LockURL, options: Mapping[str, Any]) -> None:
-    """Warn (:class:`PlainPasswordWarning`) when ``redis://`` would send a password to a
-    host other than this one: anyone on the path can read it, and replay it."""
+    """Warn (:class:`InsecureTransportWarning`, and on the log) when ``redis://`` would send a
+    password to a host other than this one: anyone on the path can read it, and replay it.
+    Loopback is left alone: the password never crosses a network there."""
     if url.scheme not in PLAIN_SCHEMES or options.get("password") is None:
         return
     # several servers ("h1:26379,h2:26379"): any of them on another host
@@ -102,9 +103,9 @@ def warn_plain_password(url: LockURL, options: Mapping[str, Any]) -> None:
         hosts = [url.host or ""]
     if all(_loopback(host or None) for host in hosts):
         return
-    warnings.warn(
-        f"lockkit sends the redis password for {url.redacted()} in plain text over the "
-        "network; use rediss:// (TLS) for a server on another host",
-        PlainPasswordWarning,
-        stacklevel=4,
+    message = (
+        f"the redis password is sent to {url.redacted()} in plain text, readable by anyone on "
+        "the network path; use rediss:// (TLS) for a server on another host"
     )
+    log.warning("%s", message)
+    warnings.warn(message, InsecureTransportWarning, stacklevel=outside_lockkit())
