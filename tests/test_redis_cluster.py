@@ -89,7 +89,7 @@ def test_a_thousand_keys_over_every_master_exclude_across_processes(
     assert [int(v) for v in data.mget_nonatomic(visits)] == [3] * keys
     # the keys spread over (nearly) every slot range, so over every master
     slots = {data.keyslot(key) for key in visits}
-    assert len(slots) > 950
+    assert len(slots) > 900  # ~970 expected: 1,000 keys hashed over 16,384 slots
     owners = {data.nodes_manager.get_node_from_slot(slot).name for slot in slots}
     assert len(owners) == 3
 
@@ -155,11 +155,21 @@ def test_the_apps_cluster_client(redis_cluster: RedisClusterDeployment) -> None:
             assert held.token is not None
             assert not kit.lock("x", reentrant=False).acquire(timeout=0)
 
-        async def main() -> int | None:
-            async with kit.lock("y") as held:
-                return held.token
+        async def main() -> list[int]:
+            order: list[int] = []
 
-        assert asyncio.run(main()) is not None
+            async def one(n: int) -> None:
+                async with kit.lock("y", timeout=10):
+                    order.append(n)
+                    await asyncio.sleep(0.01)
+                    order.append(n)
+
+            await asyncio.gather(*(one(n) for n in range(3)))
+            return order
+
+        # asyncio waiters queue and are handed the lock over the sharded listener
+        order = asyncio.run(main())
+        assert [order[i] for i in range(0, 6, 2)] == [order[i] for i in range(1, 6, 2)]
     finally:
         kit.close()
     assert client.ping()  # close() left the app's client open

@@ -134,7 +134,7 @@ class AsyncRedisWaiter(AsyncWaiter):
         """Give the listener up to READY_WITHIN to subscribe (see RedisWaiter), on the loop."""
         listener = self._waiter._listener
         until = time.monotonic() + READY_WITHIN
-        while not listener.healthy and time.monotonic() < until:
+        while not listener.ready_for(self._waiter.key) and time.monotonic() < until:
             await asyncio.sleep(0.001)
 
     async def wait(self, timeout: float) -> Grant | None:

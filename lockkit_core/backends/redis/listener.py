@@ -114,15 +114,20 @@ class Listener:
             )
             self._thread.start()
 
+    def ready_for(self, key: str) -> bool:
+        """Whether a notice for a waiter on ``key`` can arrive now."""
+        if not self._sharded:
+            return self._ready.is_set()
+        return self._ready.is_set() and self.channel_for(key) in self._subscribed
+
     def wait_ready(self, timeout: float, key: str | None = None) -> bool:
         """Wait up to ``timeout`` until notices can arrive (for ``key``'s channel, sharded)."""
         if not self._sharded or key is None:
             return self._ready.wait(timeout)
-        channel = self.channel_for(key)
         until = time.monotonic() + timeout
-        while channel not in self._subscribed and time.monotonic() < until:
+        while not self.ready_for(key) and time.monotonic() < until:
             time.sleep(0.001)
-        return channel in self._subscribed
+        return self.ready_for(key)
 
     def _wake_all(self) -> None:
         with self._lock:
