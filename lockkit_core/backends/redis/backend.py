@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 import socket
@@ -11,9 +10,8 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
-from ...errors import BackendError, BackendUnavailable, ConfigError
+from ...errors import BackendError, BackendUnavailable
 from ...url import LockURL
 from ..aio import AsyncOps
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter
@@ -127,28 +125,8 @@ class RedisBackend(Backend):
         )
 
     def _clients_from_url(self, url: LockURL) -> Clients:
-        kwargs: dict[str, Any] = {
-            "socket_timeout": 5.0,
-            "socket_connect_timeout": 5.0,
-            # RESP2 and no CLIENT SETINFO: a new connection (after a restart, or for the
-            # listener) costs one round trip less than four.
-            "protocol": 2,
-        }
-        if "driver_info" in inspect.signature(self._redis.Redis.__init__).parameters:
-            kwargs["driver_info"] = None
-        else:  # redis-py before 7
-            kwargs.update(lib_name=None, lib_version=None)
-        kwargs.update(self.options)
-        parts = urlsplit(url.raw)
-        # Options were parsed from the query already. A unix:// URL keeps its "//": without a
-        # host, urlunsplit would write "unix:/path", which redis-py refuses.
-        bare = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
-        if parts.scheme == "unix" and not parts.netloc:
-            bare = "unix://" + parts.path
-        try:
-            return clients_from_url(bare, kwargs)
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"bad redis URL or option for {url.redacted()}: {exc}") from exc
+        """How this backend reaches its server(s); the Sentinel and Cluster backends differ."""
+        return clients_from_url(url, self.options)
 
     def new_script(self, numkeys: int) -> Script:
         """The lock script, called with ``numkeys`` keys, on this backend's client."""

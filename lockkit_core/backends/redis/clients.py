@@ -13,9 +13,10 @@ settings (host, TLS files, credentials, timeouts).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from ...errors import ConfigError
 from ...url import LockURL
@@ -71,9 +72,35 @@ def no_retries() -> dict[str, Any]:
     return {"retry": Retry(NoBackoff(), 0), "retry_on_error": []}
 
 
-def from_url(url: str, kwargs: dict[str, Any]) -> Clients:
-    """Clients for the bare ``url`` (options already taken out of it) and redis-py ``kwargs``;
-    redis-py's ``ValueError``/``TypeError`` for a bad one."""
+def from_url(url: LockURL, options: Mapping[str, Any]) -> Clients:
+    """Clients for a ``redis://``, ``rediss://`` or ``unix://`` URL and its parsed options."""
+    import redis
+
+    kwargs: dict[str, Any] = {
+        "socket_timeout": 5.0,
+        "socket_connect_timeout": 5.0,
+        # RESP2 and no CLIENT SETINFO: a new connection (after a restart, or for the
+        # listener) costs one round trip less than four.
+        "protocol": 2,
+    }
+    if "driver_info" in inspect.signature(redis.Redis.__init__).parameters:
+        kwargs["driver_info"] = None
+    else:  # redis-py before 7
+        kwargs.update(lib_name=None, lib_version=None)
+    kwargs.update(options)
+    parts = urlsplit(url.raw)
+    # Options were parsed from the query already. A unix:// URL keeps its "//": without a
+    # host, urlunsplit would write "unix:/path", which redis-py refuses.
+    bare = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+    if parts.scheme == "unix" and not parts.netloc:
+        bare = "unix://" + parts.path
+    try:
+        return _from_bare_url(bare, kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"bad redis URL or option for {url.redacted()}: {exc}") from exc
+
+
+def _from_bare_url(url: str, kwargs: dict[str, Any]) -> Clients:
     import redis
     import redis.asyncio
     from redis.asyncio.retry import Retry as AsyncRetry
