@@ -141,7 +141,7 @@ class SentinelDeployment(Closing):
             f"port {port}\nbind {_HOST}\ndir {self.dir}\n"
             f"sentinel monitor {self.service} {_HOST} {master_port} 2\n"
             f"sentinel down-after-milliseconds {self.service} {ms}\n"
-            f"sentinel failover-timeout {self.service} {max(2000, 4 * ms)}\n"
+            f"sentinel failover-timeout {self.service} {max(2000, 3 * ms)}\n"
             f"sentinel parallel-syncs {self.service} 1\n"
         )
         args = [find_redis_server(), str(conf), "--sentinel", "--logfile", ""]
