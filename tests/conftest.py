@@ -23,6 +23,7 @@ pytest_plugins = [
     "mariadb_fixtures",
     "postgres_fixtures",
     "redlock_fixtures",
+    "redis_deploy_fixtures",
     "web_fixtures",
     "zookeeper_fixtures",
 ]
