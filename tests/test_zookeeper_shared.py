@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -148,13 +149,15 @@ def test_a_semaphore_admits_at_most_its_limit_in_arrival_order(kits: list[LockKi
     assert most <= limit
 
 
-def test_bad_arguments_and_backends_without_shared_locks(kits: list[LockKit]) -> None:
+def test_bad_arguments_and_backends_without_shared_locks(
+    kits: list[LockKit], tmp_path: Path
+) -> None:
     with pytest.raises(ConfigError, match="limit"):
         kits[0].semaphore("x", limit=0)
     with pytest.raises(ConfigError, match="timeout"):
         kits[0].rwlock("x").read(timeout=-5)
-    with LockKit("memory://") as memory:
-        with pytest.raises(NotSupported, match="zookeeper"):
-            memory.rwlock("x")
+    with LockKit(f"sqlite://{tmp_path / 'locks.db'}") as sqlite:
+        with pytest.raises(NotSupported, match=r"sqlite:// backend has none.*lockkit backends"):
+            sqlite.rwlock("x")
         with pytest.raises(NotSupported):
-            memory.semaphore("x", limit=2)
+            sqlite.semaphore("x", limit=2)

@@ -21,6 +21,7 @@ from .aio import RedisOps
 from .leaver import Leaver
 from .listener import Listener, as_text
 from .scripts import PREFIX, Script, owner_id, stored_key, stored_keys
+from .shared import RedisPlaces
 from .waiter import RedisWaiter
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class RedisBackend(Backend):
         | Capability.CROSS_HOST
         | Capability.LIST
         | Capability.HAND_OFF
+        | Capability.SHARED
     )
     grade: ClassVar[Grade] = Grade.SINGLE_NODE
     option_types: ClassVar[Mapping[str, type]] = {
@@ -139,6 +141,8 @@ class RedisBackend(Backend):
         self._listener = Listener(self)
         #: leaves queues, and gives back what abandoned attempts may take, for owners gone
         self.leaver = Leaver(self.leave)
+        #: read-write locks and semaphores (lua/shared.lua)
+        self.places = RedisPlaces(self)
         self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RedisOps] = (
             weakref.WeakKeyDictionary()
         )
@@ -369,6 +373,27 @@ class RedisBackend(Backend):
         # before its first attempt, so a busy first attempt already queues it.
         return self._listener.healthy
 
+    # -- read-write locks and semaphores (.shared) ---------------------------------------------
+
+    def try_acquire_shared(self, key: str, owner: str, mode: str, limit: int, ttl: float) -> Grant:
+        return self.places.try_acquire(key, owner, mode, limit, ttl)
+
+    def release_shared(self, key: str, owner: str, mode: str) -> bool:
+        return self.places.release(key, owner, mode)
+
+    def extend_shared(self, key: str, owner: str, mode: str, ttl: float) -> bool:
+        return bool(self.places.adopt(key, owner, mode, ttl, "extend"))
+
+    def adopt_shared(self, key: str, owner: str, mode: str, ttl: float) -> Grant:
+        grant: Grant = self.places.adopt(key, owner, mode, ttl)
+        return grant
+
+    def shared_waiter(self, key: str, owner: str, mode: str, limit: int) -> Waiter:
+        return self.places.waiter(key, owner, mode, limit)
+
+    def shared_holders(self, key: str, mode: str, limit: int) -> list[Lease]:
+        return self.places.holders(key, mode)
+
     # -- admin --------------------------------------------------------------------------------
 
     @staticmethod
@@ -434,11 +459,13 @@ class RedisBackend(Backend):
         # and leaver threads did not survive the fork, so start from new ones.
         self._listener = Listener(self)
         self.leaver = Leaver(self.leave)
+        self.places.after_fork_in_child()
 
     def close(self) -> None:
         self._listener.close()
         # leaves still to do (waiters that just timed out) land before the connections close
         self.leaver.close(wait=LEAVE_AT_CLOSE)
+        self.places.close(wait=LEAVE_AT_CLOSE)
         self.client.close()
         self.listener_client.close()
 
