@@ -313,6 +313,12 @@ class ZooKeeperBackend(Backend):
         """The session timeout the ensemble granted (what a crashed holder costs others)."""
         return self._session_timeout
 
+    @property
+    def place_wakeups(self) -> int:
+        """Watch notices delivered so far to this backend's waiters for places (what releases
+        of read-write locks and semaphores cost the waiting processes)."""
+        return self._shared.wakeups
+
     def try_acquire_shared(self, key: str, owner: str, mode: str, limit: int, ttl: float) -> Grant:
         return self._shared.try_acquire(key, owner, mode, limit, ttl)
 
