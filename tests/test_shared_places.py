@@ -25,13 +25,15 @@ from lockkit_core.testing.zookeeper import ZooKeeperServer
 
 WORKER = Path(__file__).with_name("place_worker.py")
 #: stores shared by processes (memory:// is one process's)
-PROCESS_STORES = ["redis", "zookeeper"]
+PROCESS_STORES = ["file", "redis", "zookeeper"]
 STORES = ["memory", *PROCESS_STORES]
 
 
 def _url(request: pytest.FixtureRequest, store: str) -> str:
     if store == "memory":
         return f"memory://{uuid.uuid4().hex[:8]}"
+    if store == "file":
+        return f"file://{request.getfixturevalue('tmp_path')}/locks"
     if store == "redis":
         server: RedisServer = request.getfixturevalue("redis_server")
         return server.url + "?socket_timeout=2"
@@ -40,7 +42,7 @@ def _url(request: pytest.FixtureRequest, store: str) -> str:
 
 
 def _marks(store: str) -> list[pytest.MarkDecorator]:
-    return [getattr(pytest.mark, store)] if store != "memory" else []
+    return [getattr(pytest.mark, store)] if store in ("redis", "zookeeper") else []
 
 
 @pytest.fixture(params=[pytest.param(s, marks=_marks(s)) for s in STORES])
