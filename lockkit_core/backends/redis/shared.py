@@ -117,6 +117,8 @@ class _PlaceWaiter(RedisWaiter):
     """A plain lock's waiter (woken by the listener, confirming with the store) queued for a
     place instead: it confirms with a place attempt and leaves the place's queue."""
 
+    grant_list = False  # lua/shared.lua wakes by notice only
+
     def __init__(self, places: RedisPlaces, key: str, owner: str, mode: str, limit: int) -> None:
         self._places = places
         self.mode = mode

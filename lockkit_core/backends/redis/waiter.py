@@ -37,7 +37,11 @@ CONFIRM = Confirm()
 
 class RedisWaiter(Waiter):
     """Queued for one key: woken by the notice that hands it the lock, or that frees it; a
-    notice is never taken as the grant itself (see :meth:`_confirm`)."""
+    notice is never taken as the grant itself (see :meth:`_confirm`). A blocking ``fair=True``
+    waiter instead reads its grant from the store (:meth:`RedisBackend.await_grant`)."""
+
+    #: whether the store pushes this waiter's grant to a list it can block on
+    grant_list = True
 
     def __init__(
         self,
@@ -76,6 +80,17 @@ class RedisWaiter(Waiter):
             self._listener.wait_ready(READY_WITHIN)
 
     def wait(self, timeout: float) -> Grant | None:
+        # A queued fair=True blocking waiter reads the grant the release pushes for it
+        # (lua/lock.lua, hand_over), from the store; the listener being up means its channel
+        # is subscribed, so a release that finds it counts it alive and pushes.
+        if (
+            self.grant_list
+            and self.fair
+            and self._blocking is not None
+            and self.queued_at is not None
+            and self._listener.healthy
+        ):
+            return self._backend.await_grant(self.key, self.id, timeout)
         return run(self.waiting(timeout), self._step)
 
     def _step(self, step: float | Confirm) -> Grant | None:
