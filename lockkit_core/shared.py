@@ -80,7 +80,7 @@ class SharedStore(Backend):
         )
 
     def list(self, prefix: str) -> list[Lease]:
-        return []  # the admin layer lists plain locks; places are listed by holders()
+        raise NotSupported("places are listed per lock: rwlock(key).holders(), .holders()")
 
     def info(self, key: str) -> Lease | None:
         holders = self.base.shared_holders(key, self.mode, self.limit)

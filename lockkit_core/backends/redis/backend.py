@@ -23,7 +23,7 @@ from .listener import Listener, as_text
 from .scripts import PREFIX, Script, owner_id, stored_key, stored_keys
 from .shared import RedisPlaces
 from .waiter import RedisWaiter
-from .wire import Packer, connections_for
+from .wire import connections_for
 
 if TYPE_CHECKING:
     import redis
@@ -37,7 +37,6 @@ T = TypeVar("T")
 #: how long (seconds, plus two ttls) an attempt that failed in an outage is given back for:
 #: its request may still arrive when the link heals, and set a lease of one ttl from then
 ABANDONED_FOR = 60.0
-_BLPOP = Packer(("BLPOP",))
 #: how long closing waits for the queues of waiters that just gave up to be left
 LEAVE_AT_CLOSE = 1.0
 
@@ -132,7 +131,8 @@ class RedisBackend(Backend):
         # One script, two call shapes: operations on a held lock need only its record.
         self._script = Script(self.client, "lock", 4)
         self._script_on_record = Script(self.client, "lock", 1)
-        self._grants = connections_for(self.client)
+        #: the connections a fair waiter blocks on for its grant (RedisWaiter.await_grant)
+        self.grant_connections = connections_for(self.client)
         # ... and batches (begin_run, end_run), by their number of keys
         self._batches: dict[int, Script] = {}
         self._one_slot = False  # cluster mode: no script over several locks' slots
@@ -282,22 +282,6 @@ class RedisBackend(Backend):
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
         return RedisWaiter(self, key, owner, fair)
-
-    def await_grant(self, key: str, waiter_id: str, timeout: float) -> Grant | None:
-        """Wait up to ``timeout`` for the grant a release hands a queued ``fair=True`` waiter
-        (``lua/lock.lua`` pushes its token to the waiter's grant list): one blocking read, so
-        the hand-over costs no notice hop through the listener and no confirming round trip.
-        The lease is counted from before the wait began (the hand-over came after it)."""
-        # below the socket timeout, or the read would time out before the server answers
-        seconds = min(timeout, self._socket_timeout / 2)
-        if seconds < 0.002:
-            return None
-        sent = time.monotonic()
-        packed = _BLPOP.pack((stored_key(key) + ":g:" + waiter_id, f"{seconds:.3f}"))
-        reply = self._call(f"wait for {key!r}", lambda: self._grants.call(packed))
-        if reply is None:
-            return None
-        return Grant(True, self.saw_token(int(reply[1])), since=sent)
 
     def aio(self) -> AsyncOps:
         """``redis.asyncio`` on the running event loop: one client per loop, made on first
