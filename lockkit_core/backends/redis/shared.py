@@ -39,8 +39,8 @@ class RedisPlaces:
 
     def __init__(self, backend: RedisBackend) -> None:
         self.backend = backend
-        self._script = Script(backend.client, "shared", 4)
-        self._on_record = Script(backend.client, "shared", 1)
+        self._script = backend.new_script(4, "shared")
+        self._on_record = backend.new_script(1, "shared")
         self.queued: dict[tuple[str, str], _PlaceWaiter] = {}
         self.leaver = Leaver(self._leave)
 

@@ -92,6 +92,7 @@ class RedisWaiter(Waiter):
         # is subscribed, so a release that finds it counts it alive and pushes.
         if (
             self.grant_list
+            and self._backend.grant_connections is not None
             and self.fair
             and self._blocking is not None
             and self.queued_at is not None
@@ -114,6 +115,7 @@ class RedisWaiter(Waiter):
         sent = time.monotonic()
         packed = _BLPOP.pack((stored_key(self.key) + ":g:" + self.id, f"{seconds:.3f}"))
         connections = backend.grant_connections
+        assert connections is not None  # checked by wait()
         reply = backend._call(f"wait for {self.key!r}", lambda: connections.call(packed))
         if reply is None:
             return None
