@@ -22,6 +22,8 @@ pytest_plugins = [
     "fault_results",
     "mariadb_fixtures",
     "postgres_fixtures",
+    "redlock_fixtures",
+    "redis_deploy_fixtures",
     "web_fixtures",
     "zookeeper_fixtures",
 ]

@@ -7,7 +7,7 @@ is caught as surely as one that turns wrong.
 
 from __future__ import annotations
 
-from typing import assert_type
+from typing_extensions import assert_type  # typing.assert_type is 3.11+; mypy checks as 3.10
 
 from lockkit_celery import locked_task
 from lockkit_core import LockKit
