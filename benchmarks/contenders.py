@@ -32,7 +32,8 @@ TTL = 10.0
 #: how long a blocking acquire may wait before the library gives up (never reached)
 PATIENCE = 600.0
 
-Family = Literal["redis", "file"]
+#: "store": lockkit alone on a store named by the target URL (benchmarks/results_page.py)
+Family = Literal["redis", "file", "store"]
 Acquire = Callable[[], object]
 Release = Callable[[], object]
 #: key -> (acquire, release) for a fresh handle on that key
@@ -221,6 +222,7 @@ CONTENDERS: tuple[Contender, ...] = (
     ),
     Contender("filelock", "file", _filelock, "polls every 50 ms (default)"),
     Contender("portalocker", "file", _portalocker, "polls every 0.25 s (default)"),
+    Contender("lockkit on the target URL", "store", _lockkit_default, "the store's own"),
 )
 
 #: the row every other row of its family is compared with
