@@ -20,6 +20,7 @@ pytest_plugins = [
     "djtasks_fixtures",
     "etcd_fixtures",
     "mariadb_fixtures",
+    "otel_fixtures",
     "postgres_fixtures",
     "web_fixtures",
     "zookeeper_fixtures",

@@ -217,7 +217,7 @@ class EtcdBackend(Backend):
         self._seen.pop(lkey, None)
         if not answer.get("succeeded"):
             return False
-        log.info("took %s over from a holder that let its %g s ttl pass", key, record.ttl)
+        log.info("took %r over from a holder that let its %g s ttl pass", key, record.ttl)
         self.leases.revoke(record.lease)
         return True
 

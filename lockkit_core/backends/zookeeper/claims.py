@@ -92,7 +92,7 @@ class Claims:
             stat = claim.get(timeout=0)
         except Exception as exc:
             mine.claimed = False
-            log.warning("claiming %s failed: %r", key, exc)
+            log.warning("claiming %r failed: %r", key, exc)
             return
         self._tree.saw(stat)
         mine.version = stat.version
