@@ -129,3 +129,15 @@ def test_locked_decorator_labels_its_template(otel: Otel) -> None:
         assert build("2026-11-25") == "2026-11-25"
         [point] = otel.points(HOLD, kit.namespace)
         assert point.attributes["lockkit.key_template"] == "report:{day}"
+
+
+def test_the_acquire_span_is_a_child_of_the_caller_s_span(otel: Otel) -> None:
+    from opentelemetry import trace
+
+    with _kit() as kit:
+        tracer = trace.get_tracer("app")
+        with tracer.start_as_current_span("POST /orders") as request, kit.lock("o"):
+            pass
+        [span] = otel.acquire_spans(kit.namespace)
+        assert span.parent is not None
+        assert span.parent.span_id == request.get_span_context().span_id
