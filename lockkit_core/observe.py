@@ -128,14 +128,16 @@ class Labels:
 
 
 class Waiting:
-    """One acquire being observed: when it began and its span."""
+    """One acquire being observed: when it began, and its span (None when spans go
+    nowhere: with no tracer provider set the API hands out a non-recording one)."""
 
-    __slots__ = ("labels", "span", "started")
+    __slots__ = ("instruments", "labels", "span", "started")
 
-    def __init__(self, labels: Labels, span: Span, started: float) -> None:
+    def __init__(self, instruments: _Instruments, labels: Labels, span: Span | None) -> None:
+        self.instruments = instruments
         self.labels = labels
         self.span = span
-        self.started = started
+        self.started = time.monotonic()
 
 
 def waiting(labels: Labels) -> Waiting | None:
@@ -143,8 +145,15 @@ def waiting(labels: Labels) -> Waiting | None:
     inst = _instruments
     if inst is None:
         return None
-    span = inst.tracer.start_span(ACQUIRE_SPAN, attributes=labels.common)
-    return Waiting(labels, span, time.monotonic())
+    span: Span | None = None
+    # The API keeps the provider set by set_tracer_provider() in _TRACER_PROVIDER (None until
+    # then), and its proxy tracer reads it on every span; reading it here skips a no-op span
+    # (about a microsecond). Should the name ever go, every acquire starts its span again.
+    if getattr(_otel_trace, "_TRACER_PROVIDER", True) is not None:
+        span = inst.tracer.start_span(ACQUIRE_SPAN, attributes=labels.common)
+        if not span.is_recording():
+            span = None  # a no-op span: setting its attributes would only cost time
+    return Waiting(inst, labels, span)
 
 
 def waited(
@@ -154,11 +163,13 @@ def waited(
     anything else, which ends the span only: a cancelled wait has no outcome to count)."""
     if wait is None:
         return
-    inst = _instruments
-    assert inst is not None
+    counted = outcome in OUTCOMES
+    if counted:
+        wait.instruments.wait.record(time.monotonic() - wait.started, wait.labels.outcome[outcome])
     span = wait.span
-    if outcome in OUTCOMES:
-        inst.wait.record(time.monotonic() - wait.started, wait.labels.outcome[outcome])
+    if span is None:
+        return
+    if counted:
         span.set_attribute("lockkit.outcome", outcome)
     if token is not None:
         span.set_attribute("lockkit.token", token)
