@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shlex
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from .url import parse_url
 __all__ = [
     "LOCK_HEADERS",
     "CliSettings",
+    "age_text",
     "cli",
     "emit_json",
     "free_line",
@@ -100,16 +102,30 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
 
-LOCK_HEADERS = ("KEY", "TOKEN", "TTL LEFT", "HOLDER", "OWNER HINT")
+def age_text(seconds: float | None) -> str:
+    """A lock's age for people: ``4.2 s``, ``12m 05s``, ``3h 02m``; ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m {whole % 60:02d}s"
+    return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
+
+
+LOCK_HEADERS = ("KEY", "TOKEN", "TTL LEFT", "AGE", "HOLDER", "OWNER HINT")
 
 
 def lock_rows(infos: Sequence[LockInfo]) -> list[list[str]]:
     """One table row per lock, in :data:`LOCK_HEADERS` order; the framework commands share it."""
+    now = time.time()
     return [
         [
             printable(info.key),
             "-" if info.token is None else str(info.token),
             _seconds(info.ttl_remaining),
+            age_text(info.age(now)),
             printable(info.holder or "-"),
             printable(info.owner_hint),
         ]
