@@ -194,6 +194,7 @@ class SharedPlaces:
                     token=int(stat.czxid),
                     ttl_remaining=None,
                     holder=f"{kind}: {data.describe(0)}",
+                    started=data.since or None,
                 )
             )
         return leases
