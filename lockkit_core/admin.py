@@ -10,7 +10,19 @@ from .backends.base import Backend, Capability, Lease, capability_names
 from .errors import NotSupported
 from .keys import check_key, namespaced
 
-__all__ = ["Admin", "BackendInfo", "KitView", "LockInfo"]
+__all__ = ["Admin", "BackendInfo", "KitView", "LockInfo", "age_text"]
+
+
+def age_text(seconds: float | None) -> str:
+    """A lock's age for people: ``4.2 s``, ``12m 05s``, ``3h 02m``; ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m {whole % 60:02d}s"
+    return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
 
 
 class KitView(Protocol):

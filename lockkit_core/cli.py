@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from .admin import LockInfo
+from .admin import LockInfo, age_text
 from .backends.base import capability_names
 from .backends.sql.schema import LeaseTable
 from .config import UNSET, default_url
@@ -100,18 +100,6 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
-
-
-def age_text(seconds: float | None) -> str:
-    """A lock's age for people: ``4.2 s``, ``12m 05s``, ``3h 02m``; ``-`` when unknown."""
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    whole = int(seconds)
-    if whole < 3600:
-        return f"{whole // 60}m {whole % 60:02d}s"
-    return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
 
 
 LOCK_HEADERS = ("KEY", "TOKEN", "TTL LEFT", "AGE", "HOLDER", "OWNER HINT")
