@@ -266,6 +266,28 @@ def _scheme_row(scheme: str, current: str | None) -> dict[str, Any]:
     return row
 
 
+@cli.command(name="top", short_help="A live view of the held locks (q quits).")
+@click.argument("url", required=False)
+@click.option("--prefix", default="", help="Only keys that start with PREFIX.")
+@click.option(
+    "--interval", default=1.0, show_default=True, type=click.FloatRange(min=0.1),
+    help="Seconds between refreshes.",
+)  # fmt: skip
+@click.pass_context
+def top_command(ctx: click.Context, url: str | None, prefix: str, interval: float) -> None:
+    """Watch the locks held on URL (default: --url) refresh every second: key, holder, owner
+    hint, token, time left, age and waiters. q or Ctrl-C quits."""
+    if importlib.util.find_spec("rich") is None:
+        raise click.ClickException('lockkit top needs rich: pip install "lockkit[top]"')
+    from .top import run_top
+
+    settings: CliSettings = ctx.ensure_object(CliSettings)
+    if url is not None:
+        ctx.obj = CliSettings(url=url, namespace=settings.namespace, command=settings.command)
+    with _open_kit(ctx) as kit, _lockkit_errors():
+        run_top(kit, prefix, interval)
+
+
 @cli.command(name="backends", short_help="Show backend schemes, safety grades, capabilities.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_context
