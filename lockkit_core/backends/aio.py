@@ -10,12 +10,20 @@ operation is a few microseconds of local work (memory, file) runs those inline
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from abc import ABC, abstractmethod
 
 from ..errors import NotSupported
 from .base import Backend, Grant, SleepWaiter
 
-__all__ = ["AsyncOps", "AsyncSleepWaiter", "AsyncWaiter", "LocalOps", "has_asyncio"]
+__all__ = [
+    "AsyncOps",
+    "AsyncSleepWaiter",
+    "AsyncWaiter",
+    "LocalOps",
+    "LoopEvent",
+    "has_asyncio",
+]
 
 
 class AsyncWaiter(ABC):
@@ -43,6 +51,26 @@ class AsyncSleepWaiter(AsyncWaiter):
     async def wait(self, timeout: float) -> Grant | None:
         await asyncio.sleep(self._backoff.next_delay(timeout))
         return None
+
+
+class LoopEvent:
+    """What another thread (a listener, a driver's callbacks) sets for an asyncio waiter: it
+    wakes the waiter's loop."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        with contextlib.suppress(RuntimeError):  # its loop was closed: nobody is waiting
+            self._loop.call_soon_threadsafe(self._event.set)
+
+    async def wait(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for :meth:`set`, then clear it."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._event.wait()
+        self._event.clear()
 
 
 class AsyncOps(ABC):
