@@ -26,7 +26,7 @@ ASYNC_STORES = [
     "file",
     pytest.param("redis", marks=pytest.mark.redis),
     pytest.param("zookeeper", marks=pytest.mark.zookeeper),
-    # ETCD_PARAM
+    pytest.param("etcd", marks=pytest.mark.etcd),
 ]
 
 

@@ -231,7 +231,7 @@ def test_locked_decorates_async_def(kit: LockKit) -> None:
         nonlocal overlapped
         overlapped = overlapped or n in running
         running.append(n)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # outlasts the third call's attempt on a loaded store
         running.remove(n)
         return n
 
