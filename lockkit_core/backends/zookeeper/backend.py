@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote, urlsplit
@@ -90,6 +92,9 @@ class ZooKeeperBackend(Backend):
         self._session_timeout = float(kwargs["timeout"])
         #: makes the kazoo calls of asyncio callers (see .aio), started on first use
         self.sender = Sender()
+        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ZooKeeperOps] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def _sweep(self) -> None:
         self.session.run(self._sweeping())
@@ -176,7 +181,13 @@ class ZooKeeperBackend(Backend):
             index = children.index(name)
             if index == 0:
                 return Grant(True, mine.czxid) if mine.claimed else self._claim_later(key, mine, ms)
-            busy = yield from self._busy(key, owner, mine, waiter, children, index)
+            # Only the head and the node ahead matter from here: the list (the whole queue)
+            # is not kept while this caller waits for answers (a thousand waiters on a
+            # loop would each keep one).
+            ahead = children[index - 1]
+            head = children[0]
+            del children, listed, ours
+            busy = yield from self._busy(key, owner, mine, waiter, head, ahead, index)
             if busy is not None:
                 return busy
         return Grant(False)
@@ -187,15 +198,16 @@ class ZooKeeperBackend(Backend):
         owner: str,
         mine: Mine,
         waiter: ZooKeeperWaiter | None,
-        children: list[str],
+        head_name: str,
+        ahead_name: str,
         index: int,
     ) -> Steps[Grant | None]:
-        """The answer for an owner whose node is at ``index`` (> 0) in the queue; None to
-        look again (the queue changed meanwhile)."""
+        """The answer for an owner whose node is at ``index`` (> 0) in the queue, behind
+        ``ahead_name``, ``head_name`` first; None to look again (the queue changed)."""
         from kazoo.exceptions import NoNodeError
 
         parent = self.tree.parent(key)
-        head = f"{parent}/{children[0]}"
+        head = f"{parent}/{head_name}"
         if waiter is None:
             try:
                 raw, stat = yield from self.tree.call(
@@ -206,7 +218,7 @@ class ZooKeeperBackend(Backend):
         else:
             # Watch the node just ahead of us, for its deletion (a child watch) and for its
             # claim (a data watch): see waiter.py. One round trip for both.
-            ahead = f"{parent}/{children[index - 1]}"
+            ahead = f"{parent}/{ahead_name}"
             wake = waiter.watching(ahead, holds=index == 1)
             got, listed = yield from self.tree.call_all(
                 f"watch the queue of {key!r}",
@@ -322,8 +334,13 @@ class ZooKeeperBackend(Backend):
 
     def aio(self) -> AsyncOps:
         """The same plans of requests, each sent with kazoo's ``*_async`` methods and awaited
-        through a future of the loop: no thread per request or waiter."""
-        return ZooKeeperOps(self)
+        through a future of the loop: no thread per request or waiter (one set of operations
+        per loop, made on first use)."""
+        loop = asyncio.get_running_loop()
+        ops = self._aio.get(loop)
+        if ops is None:
+            ops = self._aio[loop] = ZooKeeperOps(self)
+        return ops
 
     def leave(self, key: str, owner: str, *, reachable: bool) -> Steps[None]:
         """Drop ``owner``'s queue node on ``key`` (the waiter gave up)."""
@@ -410,6 +427,7 @@ class ZooKeeperBackend(Backend):
         self.tree.forget_after_fork()
         self._claims.forget_after_fork()
         self.sender = Sender()
+        self._aio = weakref.WeakKeyDictionary()
         self._nodes = {}
         self._queued = {}
 

@@ -219,8 +219,9 @@ class LockTree:
 
         Called after our node's delete. On a key contended lately the parent is most likely
         still in use, and a refused delete is a write (logged by the server like any other),
-        so the children are listed first (a read) and the parent deleted only if none is
-        left. Whoever deletes the last node lists after that delete and finds it empty."""
+        so its children are counted first (a read of its stat, not a list of a long queue)
+        and the parent deleted only if none is left. Whoever deletes the last node reads
+        after that delete and finds it empty."""
         client = self.session._client
         if client is None or not client.connected:
             return
@@ -229,14 +230,15 @@ class LockTree:
             client.delete_async(parent)
             return
 
-        def listed(result: Any) -> None:
+        def counted(result: Any) -> None:
             try:
-                if not result.get():
+                stat = result.get()
+                if stat is not None and not stat.numChildren:
                     client.delete_async(parent)
             except Exception:  # gone already, or the connection: nothing to do
                 return
 
-        client.get_children_async(parent).rawlink(listed)
+        client.exists_async(parent).rawlink(counted)
 
     def delete(self, path: str, version: int = -1) -> Steps[bool]:
         """Delete ``path`` (if still at ``version``); False if it was gone or had changed."""
