@@ -288,18 +288,22 @@ def test_a_redis_that_never_answers_raises_within_timeout_plus_socket_timeout() 
     [
         pytest.param("zookeeper", marks=pytest.mark.zookeeper),
         pytest.param("etcd", marks=pytest.mark.etcd),
+        pytest.param("postgresql", marks=pytest.mark.postgresql),
     ],
 )
 def test_a_store_behind_a_partition_raises_within_timeout_plus_socket_timeout(
     scheme: str, request: pytest.FixtureRequest
 ) -> None:
     # The connection is up (a first lock went through), then no byte passes either way.
-    server = request.getfixturevalue(f"{scheme}_server")
+    fixture = "postgres_server" if scheme == "postgresql" else f"{scheme}_server"
+    server = request.getfixturevalue(fixture)
     port = server.port() if scheme == "etcd" else server.port
     with TcpProxy("127.0.0.1", port) as proxy:
         url = proxy.url_for(scheme, db=None, socket_timeout=0.3)
         if scheme == "zookeeper":
             url = url.replace("?", "/?") + "&session_timeout=10"
+        if scheme == "postgresql":
+            url = server.url.replace(f":{port}/", f":{proxy.port}/") + "?socket_timeout=0.3"
         with LockKit(url, ttl=5.0, namespace=f"p-{uuid.uuid4().hex[:8]}") as kit:
 
             async def main() -> float:
