@@ -28,6 +28,7 @@ ASYNC_STORES = [
     pytest.param("zookeeper", marks=pytest.mark.zookeeper),
     pytest.param("etcd", marks=pytest.mark.etcd),
     pytest.param("postgresql", marks=pytest.mark.postgresql),
+    "sqlite",
 ]
 
 
@@ -41,6 +42,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "zookeeper":
         zookeeper = request.getfixturevalue("zookeeper_server")
         return str(zookeeper.url) + "?session_timeout=4&socket_timeout=2"
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'locks.db'}"
     if request.param == "postgresql":
         postgres = request.getfixturevalue("postgres_server")
         return str(postgres.url) + "?socket_timeout=5&connect_timeout=2"
