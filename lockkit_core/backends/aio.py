@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from ..errors import NotSupported
+from ..py310 import wait_at_most
 from .base import Backend, Grant, SleepWaiter
 
 __all__ = [
@@ -73,9 +74,7 @@ class LoopEvent:
 
     async def wait(self, seconds: float) -> None:
         """Wait up to ``seconds`` for :meth:`set`, then clear it."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._event.wait()
+        await wait_at_most(self._event.wait(), seconds)
         self._event.clear()
 
 

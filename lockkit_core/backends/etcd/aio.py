@@ -17,6 +17,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ...py310 import within
 from ...sansio import arun
 from ..aio import AsyncOps, AsyncWaiter
 from ..base import Grant
@@ -43,10 +44,21 @@ class HttpError(Exception):
 
 async def _open(client: GatewayClient, endpoint: Endpoint, timeout: float) -> Stream:
     host, port = endpoint
-    async with asyncio.timeout(timeout):
-        return await asyncio.open_connection(
-            host, port, ssl=client.tls, server_hostname=host if client.tls else None
-        )
+    opening = asyncio.open_connection(
+        host, port, ssl=client.tls, server_hostname=host if client.tls else None
+    )
+    return await within(opening, timeout)
+
+
+async def _exchange(
+    stream: Stream, request: bytes, *, body: bool = True
+) -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` and read the answer's head (and its body, unless a stream follows)."""
+    reader, writer = stream
+    writer.write(request)
+    await writer.drain()
+    status, headers = await _head(reader)
+    return status, headers, (await _body(reader, headers) if body else b"")
 
 
 def _request(client: GatewayClient, endpoint: Endpoint, path: str, payload: bytes) -> bytes:
@@ -191,12 +203,9 @@ class AsyncGateway:
                     )
                 except (ConnectionError, TimeoutError, OSError) as exc:
                     raise Refused(repr(exc)) from exc
+            request = _request(self.client, endpoint, path, payload)
             try:
-                async with asyncio.timeout(timeout):
-                    writer.write(_request(self.client, endpoint, path, payload))
-                    await writer.drain()
-                    status, headers = await _head(reader)
-                    data = await _body(reader, headers)
+                status, headers, data = await within(_exchange((reader, writer), request), timeout)
             except (ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError):
                 writer.close()
                 if reused and attempt == 0:
@@ -246,11 +255,12 @@ class AsyncWatch:
                 )
             except (OSError, TimeoutError):
                 continue
+            request = _request(client, endpoint, "watch", payload)
             try:
-                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                    writer.write(_request(client, endpoint, "watch", payload))
-                    await writer.drain()
-                    status, _ = await _head(reader)
+                status, _, _ = await within(
+                    _exchange((reader, writer), request, body=False),
+                    max(0.0, deadline - time.monotonic()),
+                )
             except (OSError, TimeoutError, HttpError, asyncio.IncompleteReadError):
                 writer.close()
                 continue
@@ -293,8 +303,7 @@ class AsyncWatch:
             if remaining <= 0:
                 return []
             try:
-                async with asyncio.timeout(remaining):
-                    line = await self._line()
+                line = await within(self._line(), remaining)
             except TimeoutError:
                 return []
             except (OSError, ValueError, asyncio.IncompleteReadError):

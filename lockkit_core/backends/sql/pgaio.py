@@ -3,7 +3,7 @@
 The statements, their parameters and the reading of their rows are the blocking backend's
 (:meth:`PostgresBackend.acquire_statement` and its siblings); only the I/O is here.
 
-* Every exchange is bounded by the socket timeout (``asyncio.timeout``); a connection that
+* Every exchange is bounded by the socket timeout (in psycopg's wait); a connection that
   did not answer, or whose statement was interrupted, is closed, never reused.
 * A statement is never abandoned half-way by a cancelled caller: it is awaited to its end
   (shielded, within the socket timeout) so that a grant it made is committed before the
@@ -27,6 +27,7 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from ...errors import BackendError, BackendUnavailable
+from ...py310 import wait_at_most
 from ..aio import AsyncOps, AsyncWaiter
 from ..base import Grant
 from .pgpool import DEAD_ON_USE, MAX_IDLE, NoAnswer, translated
@@ -271,9 +272,7 @@ class PgWaiter(AsyncWaiter):
         self.event = asyncio.Event()
 
     async def wait(self, timeout: float) -> Grant | None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self.event.wait()
+        await wait_at_most(self.event.wait(), timeout)
         self.event.clear()
         return None
 

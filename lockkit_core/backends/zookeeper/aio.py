@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...errors import BackendUnavailable
+from ...py310 import within
 from ...sansio import arun
 from ..aio import AsyncOps, AsyncWaiter, LoopEvent
 from ..base import Grant
@@ -133,8 +134,9 @@ async def perform(session: Session, sender: Sender, request: Request) -> Any:
 
     sender.put(send)
     try:
-        async with asyncio.timeout(session.socket_timeout):
-            done = await asyncio.gather(*futures, return_exceptions=True)
+        done = await within(
+            asyncio.gather(*futures, return_exceptions=True), session.socket_timeout
+        )
     except TimeoutError as exc:
         raise BackendUnavailable(
             f"ZooKeeper did not answer within {session.socket_timeout:g} s to {request.what}"
