@@ -18,7 +18,8 @@ from .keys import KeyTemplate, check_key
 from .lock import Lock, OnLost
 from .registry import create_backend
 from .rwlock import RWLock
-from .semaphore import Semaphore
+from .semaphore import Semaphore, check_limit
+from .shared import SharedKit
 
 __all__ = ["LockKit"]
 
@@ -84,6 +85,7 @@ class LockKit:
         # be released), the watchdog refers only to holds and their backend.
         self._closer = weakref.finalize(self, self.backend.close)
         self.admin = Admin(self)
+        self._shared: dict[tuple[str, int], SharedKit] = {}
         _kits.add(self)
 
     @classmethod
@@ -221,21 +223,64 @@ class LockKit:
             "owner": owner,
         }
 
-    def rwlock(self, key: str) -> RWLock:
-        """A read-write lock on ``key``: ``with kit.rwlock(key).read(timeout=5): ...``."""
+    def rwlock(
+        self,
+        key: str,
+        *,
+        ttl: Seconds = UNSET,
+        auto_renew: Any = UNSET,
+        on_lost: OnLost | Iterable[OnLost] | None = None,
+    ) -> RWLock:
+        """A read-write lock on ``key``: ``with kit.rwlock(key).read(timeout=5): ...``.
+        Its places are leases like ``kit.lock()``'s: ``ttl``, ``auto_renew`` and
+        ``on_lost`` mean the same (see :mod:`lockkit_core.shared`)."""
+        check_key(key)
         self._require_shared("rwlock")
-        return RWLock(self, key)
+        return RWLock(self, key, self._lock_options(ttl, UNSET, auto_renew, False, on_lost, None))
 
-    def semaphore(self, key: str, limit: int, *, timeout: Seconds = UNSET) -> Semaphore:
-        """One of ``limit`` places on ``key``: ``with kit.semaphore(key, limit=3): ...``."""
+    def semaphore(
+        self,
+        key: str,
+        limit: int,
+        *,
+        timeout: Seconds = UNSET,
+        ttl: Seconds = UNSET,
+        auto_renew: Any = UNSET,
+        on_lost: OnLost | Iterable[OnLost] | None = None,
+        owner: str | None = None,
+    ) -> Semaphore:
+        """One of ``limit`` places on ``key``: ``with kit.semaphore(key, limit=3): ...``.
+        The other arguments mean what they mean for ``kit.lock()``."""
+        check_key(key)
+        check_limit(limit)
         self._require_shared("semaphore")
-        return Semaphore(self, key, limit, timeout)
+        options = self._lock_options(ttl, timeout, auto_renew, False, on_lost, owner)
+        return Semaphore(self, key, limit, options)
+
+    def place_options(
+        self, options: dict[str, Any], timeout: Seconds, owner: str | None
+    ) -> dict[str, Any]:
+        """``options`` (of :meth:`_lock_options`) with one place's ``timeout`` and ``owner``
+        checked as ``kit.lock()`` checks them."""
+        if owner is not None and (not isinstance(owner, str) or len(owner) != 32):
+            raise ConfigError("owner must be the 32-character token of an existing acquisition")
+        wait = options["timeout"] if timeout is UNSET else check_timeout(timeout)
+        return {**options, "timeout": wait, "owner": owner}
+
+    def shared_parts(self, mode: str, limit: int) -> SharedKit:
+        """What the handles of places of ``mode`` (and ``limit``) see of this kit, made once,
+        so that a thread re-entering a read re-enters the same hold."""
+        parts = self._shared.get((mode, limit))
+        if parts is None:
+            parts = self._shared.setdefault((mode, limit), SharedKit(self, mode, limit))
+        return parts
 
     def _require_shared(self, what: str) -> None:
         if Capability.SHARED not in self.backend.capabilities:
             raise NotSupported(
                 f"kit.{what}() needs a backend with read-write locks and semaphores; the "
-                f"{self.backend.url.scheme}:// backend has none (use zookeeper://)"
+                f"{self.backend.url.scheme}:// backend has none (memory://, file://, redis:// "
+                "and zookeeper:// have them; `lockkit backends` lists every store's)"
             )
 
     def locked(
@@ -285,4 +330,6 @@ class LockKit:
 
     def _after_fork_in_child(self) -> None:
         self.holds.after_fork_in_child()
+        for parts in self._shared.values():
+            parts.holds.after_fork_in_child()
         self.backend.after_fork_in_child()

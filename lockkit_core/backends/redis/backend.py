@@ -23,7 +23,9 @@ from .connect import check_tls_options, warn_plain_password
 from .leaver import Leaver
 from .listener import Listener, as_text
 from .scripts import PREFIX, Script, owner_id, stored_key, stored_keys
+from .shared import RedisPlaces
 from .waiter import RedisWaiter
+from .wire import connections_for
 
 if TYPE_CHECKING:
     import redis
@@ -56,6 +58,7 @@ class RedisBackend(Backend):
         | Capability.CROSS_HOST
         | Capability.LIST
         | Capability.HAND_OFF
+        | Capability.SHARED
     )
     grade: ClassVar[Grade] = Grade.SINGLE_NODE
     #: hand-over notices go over sharded pub/sub, on a channel in the lock's slot (cluster)
@@ -109,6 +112,9 @@ class RedisBackend(Backend):
         # One script, two call shapes: operations on a held lock need only its record.
         self._script = self.new_script(4)
         self._script_on_record = self.new_script(1)
+        #: the connections a fair waiter blocks on for its grant (RedisWaiter.await_grant);
+        #: none on a cluster, whose client has no one pool: its fair waiters wait by notice
+        self.grant_connections = None if self.sharded else connections_for(self.client)
         # ... and batches (begin_run, end_run), by their number of keys
         self._batches: dict[int, Script] = {}
         self._one_slot = self.sharded  # cluster mode: no script over several locks' slots
@@ -120,6 +126,8 @@ class RedisBackend(Backend):
         self._listener = Listener(self, sharded=self.sharded)
         #: leaves queues, and gives back what abandoned attempts may take, for owners gone
         self.leaver = Leaver(self.leave)
+        #: read-write locks and semaphores (lua/shared.lua)
+        self.places = RedisPlaces(self)
         self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RedisOps] = (
             weakref.WeakKeyDictionary()
         )
@@ -128,9 +136,10 @@ class RedisBackend(Backend):
         """How this backend reaches its server(s); the Sentinel and Cluster backends differ."""
         return clients_from_url(url, self.options)
 
-    def new_script(self, numkeys: int) -> Script:
-        """The lock script, called with ``numkeys`` keys, on this backend's client."""
-        return Script(self.client, "lock", numkeys, give_back=self._shared_pool)
+    def new_script(self, numkeys: int, name: str = "lock") -> Script:
+        """The script ``lua/<name>.lua``, called with ``numkeys`` keys, on this backend's
+        client."""
+        return Script(self.client, name, numkeys, give_back=self._shared_pool)
 
     @classmethod
     def from_client(cls, client: Any) -> RedisBackend:
@@ -372,6 +381,27 @@ class RedisBackend(Backend):
         # before its first attempt, so a busy first attempt already queues it.
         return self._listener.healthy
 
+    # -- read-write locks and semaphores (.shared) ---------------------------------------------
+
+    def try_acquire_shared(self, key: str, owner: str, mode: str, limit: int, ttl: float) -> Grant:
+        return self.places.try_acquire(key, owner, mode, limit, ttl)
+
+    def release_shared(self, key: str, owner: str, mode: str) -> bool:
+        return self.places.release(key, owner, mode)
+
+    def extend_shared(self, key: str, owner: str, mode: str, ttl: float) -> bool:
+        return bool(self.places.adopt(key, owner, mode, ttl, "extend"))
+
+    def adopt_shared(self, key: str, owner: str, mode: str, ttl: float) -> Grant:
+        grant: Grant = self.places.adopt(key, owner, mode, ttl)
+        return grant
+
+    def shared_waiter(self, key: str, owner: str, mode: str, limit: int) -> Waiter:
+        return self.places.waiter(key, owner, mode, limit)
+
+    def shared_holders(self, key: str, mode: str, limit: int) -> list[Lease]:
+        return self.places.holders(key, mode)
+
     # -- admin --------------------------------------------------------------------------------
 
     @staticmethod
@@ -437,11 +467,13 @@ class RedisBackend(Backend):
         # and leaver threads did not survive the fork, so start from new ones.
         self._listener = Listener(self, sharded=self.sharded)
         self.leaver = Leaver(self.leave)
+        self.places.after_fork_in_child()
 
     def close(self) -> None:
         self._listener.close()
         # leaves still to do (waiters that just timed out) land before the connections close
         self.leaver.close(wait=LEAVE_AT_CLOSE)
+        self.places.close(wait=LEAVE_AT_CLOSE)
         if not self._shared_pool:  # the app's client is the app's to close
             self.client.close()
         self.listener_client.close()

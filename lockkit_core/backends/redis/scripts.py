@@ -19,9 +19,9 @@ PREFIX = "lockkit:{"
 
 def script_source(name: str) -> str:
     """The text of ``lua/<name>.lua``."""
-    return (
-        resources.files("lockkit_core.backends.redis").joinpath("lua", f"{name}.lua").read_text()
-    )
+    # One name per joinpath(): Python 3.10's Traversable takes one.
+    lua = resources.files("lockkit_core.backends.redis").joinpath("lua")
+    return lua.joinpath(f"{name}.lua").read_text()
 
 
 def stored_key(full_key: str) -> str:
