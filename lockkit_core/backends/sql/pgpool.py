@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.pq import ExecStatus
 
 from ...errors import BackendError, BackendUnavailable, ConfigError
 
@@ -23,6 +24,7 @@ MAX_IDLE = 4
 #: ended it: a restart, ``pg_terminate_backend``); one retry on a fresh one is then safe and
 #: cannot stretch the caller's timeout by a network timeout
 DEAD_ON_USE = 0.1
+TUPLES_OK = ExecStatus.TUPLES_OK
 
 
 class NoAnswer(psycopg.OperationalError):
@@ -133,7 +135,11 @@ class PgPool:
             try:
                 with translated(what, self.where):
                     cursor = conn.execute(sql, params)
-                    rows = cursor.fetchall() if cursor.description is not None else []
+                    # the result's status, not cursor.description: that builds a Column
+                    # object per column on every call, a tenth of a cycle's client time
+                    result = cursor.pgresult
+                    returned = result is not None and result.status == TUPLES_OK
+                    rows = cursor.fetchall() if returned else []
             except BackendUnavailable:
                 conn.close()
                 if abandoned is not None and conn.abandoned_pid is not None:
