@@ -84,10 +84,15 @@ def translated(what: str, where: str) -> Iterator[None]:
 class PgPool:
     """Up to :data:`MAX_IDLE` idle autocommit connections, shared by the backend's threads."""
 
-    def __init__(self, conninfo: str, where: str, io_timeout: float) -> None:
+    def __init__(
+        self, conninfo: str, where: str, io_timeout: float, *, prepare: bool = True
+    ) -> None:
         self.conninfo = conninfo
         self.where = where
         self.io_timeout = io_timeout
+        #: False: never prepare statements on the server (a transaction pooler runs the
+        #: next statement on another server session, where the prepared one is unknown)
+        self.prepare = prepare
         self._idle: list[BoundedConnection] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -97,6 +102,8 @@ class PgPool:
         with translated(what, self.where):
             conn = BoundedConnection.connect(self.conninfo, autocommit=True)
         conn.io_timeout = self.io_timeout
+        if not self.prepare:
+            conn.prepare_threshold = None
         return conn
 
     def take(self, what: str) -> tuple[BoundedConnection, bool]:
