@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Literal
 
 from ..backends.base import Capability
-from ..config import UNSET, check_lock_ttl
+from ..config import UNSET, Seconds, check_lock_ttl
 from ..errors import BackendError, ConfigError
 from ..kit import LockKit
 from ..lock import Lock
@@ -41,8 +41,8 @@ class RequestRule:
         key: str | KeyFunc,
         *,
         sources: Mapping[str, Source],
-        wait: Any = UNSET,
-        ttl: Any = UNSET,
+        wait: Seconds = UNSET,
+        ttl: Seconds = UNSET,
         methods: Iterable[str] | None = None,
         fail_open: bool = False,
         scope: Scope = "global",
@@ -174,7 +174,8 @@ class RequestRule:
 
     def _lock(self, context: GuardContext, key: str) -> tuple[Lock, float | None]:
         wait = context.settings.wait if self.wait is UNSET else self.wait
-        return context.kit.lock(key, ttl=self.ttl, reentrant=False), wait
+        template = self.key.template or getattr(self.key.func, "__qualname__", "callable")
+        return context.kit.lock(key, ttl=self.ttl, reentrant=False, template=template), wait
 
     def _failed(self, context: GuardContext, route: str, key: str, exc: BackendError) -> Outcome:
         if self.fail_open:

@@ -161,7 +161,10 @@ SELECT live, pg_notify(%(channel)s, '') FROM gone"""
 UPDATE {t} SET expires_at = {until}, ttl = %(ttl)s
 WHERE key = %(key)s AND owner = %(owner)s AND expires_at > {now}
 RETURNING fence"""
-        columns = f"key, owner, fence, extract(epoch FROM expires_at - {now})::float8, holder"
+        columns = (
+            f"key, owner, fence, extract(epoch FROM expires_at - {now})::float8, holder, "
+            "extract(epoch FROM started_at)::float8"
+        )
         self._info_sql = f"SELECT {columns} FROM {t} WHERE key = %(key)s AND expires_at > {now}"
         self._list_sql = (
             f"SELECT {columns} FROM {t} WHERE key LIKE %(pattern)s AND expires_at > {now} "
@@ -264,13 +267,14 @@ SELECT live, pg_notify(%(channel)s, '') FROM gone"""
 
     @staticmethod
     def _lease(row: tuple[Any, ...]) -> Lease:
-        key, owner, fence, left, holder = row
+        key, owner, fence, left, holder, started = row
         return Lease(
             key=key,
             owner_hint=str(owner)[:8],
             token=int(fence),
             ttl_remaining=max(0.0, float(left)),
             holder=holder,
+            started=float(started),
         )
 
     def list(self, prefix: str) -> list[Lease]:
@@ -293,6 +297,11 @@ SELECT live, pg_notify(%(channel)s, '') FROM gone"""
         self._pool.forget_after_fork()
         self._listeners.forget_after_fork()
         self._giveback = GiveBack(self.release, self._server_process_alive)
+
+    def connection(self, what: str) -> Any:
+        """A new autocommit psycopg connection with this store's settings, for checks outside
+        the lock operations (``lockkit doctor``); the caller closes it."""
+        return self._pool.connect(what)
 
     def close(self) -> None:
         self._giveback.close()

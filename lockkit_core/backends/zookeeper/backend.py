@@ -116,9 +116,15 @@ class ZooKeeperBackend(Backend):
                 except NoNodeError:
                     return None, children
                 # The head holds the lock, claimed or not yet (see claims.py).
-                claimed = NodeData.decode(raw).lease_ms > 0 or child == children[0]
+                data = NodeData.decode(raw)
+                claimed = data.lease_ms > 0 or child == children[0]
                 return Mine(
-                    path, stat.czxid, stat.version, claimed, self.session.generation
+                    path,
+                    stat.czxid,
+                    stat.version,
+                    claimed,
+                    self.session.generation,
+                    since=data.since if claimed else 0.0,
                 ), children
         return None, children
 
@@ -226,6 +232,7 @@ class ZooKeeperBackend(Backend):
         mine.claimed = True
         mine.claim = UNSENT
         mine.lease_ms = ms
+        mine.since = self.tree.server_now() / 1000.0
         self._claims.later(mine, claim_delay(ms))
         return Grant(True, mine.czxid)
 
@@ -275,7 +282,7 @@ class ZooKeeperBackend(Backend):
                 return Grant(False)
             if children[0] != mine.path.rpartition("/")[2]:
                 return Grant(False)
-        data = NodeData.here(max(1, int(ttl * 1000))).encode()
+        data = NodeData.here(max(1, int(ttl * 1000)), since=mine.since or None).encode()
         path = mine.path
         with self._claims.lock:
             if mine.claim is UNSENT:
@@ -308,13 +315,31 @@ class ZooKeeperBackend(Backend):
         self.tree.delete(mine.path)
         self.tree.drop_parent(key)
 
-    def acquire_shared(
-        self, key: str, owner: str, mode: str, limit: int, timeout: float | None
-    ) -> int | None:
-        return self._shared.acquire(key, owner, mode, limit, timeout)
+    @property
+    def session_timeout(self) -> float:
+        """The session timeout the ensemble granted (what a crashed holder costs others)."""
+        return self._session_timeout
+
+    @property
+    def place_wakeups(self) -> int:
+        """Watch notices delivered so far to this backend's waiters for places (what releases
+        of read-write locks and semaphores cost the waiting processes)."""
+        return self._shared.wakeups
+
+    def try_acquire_shared(self, key: str, owner: str, mode: str, limit: int, ttl: float) -> Grant:
+        return self._shared.try_acquire(key, owner, mode, limit, ttl)
 
     def release_shared(self, key: str, owner: str, mode: str) -> bool:
         return self._shared.release(key, owner, mode)
+
+    def extend_shared(self, key: str, owner: str, mode: str, ttl: float) -> bool:
+        return self._shared.adopt(key, owner, ttl).acquired
+
+    def adopt_shared(self, key: str, owner: str, mode: str, ttl: float) -> Grant:
+        return self._shared.adopt(key, owner, ttl)
+
+    def shared_waiter(self, key: str, owner: str, mode: str, limit: int) -> Waiter:
+        return self._shared.waiter(key, owner, mode)
 
     def shared_holders(self, key: str, mode: str, limit: int) -> list[Lease]:
         return self._shared.holders(key, mode, limit)
@@ -345,6 +370,8 @@ class ZooKeeperBackend(Backend):
             token=int(stat.czxid),
             ttl_remaining=None if left is None else left / 1000.0,
             holder=data.describe(len(children) - 1),
+            started=data.since or None,
+            waiters=len(children) - 1,
         )
 
     def list(self, prefix: str) -> list[Lease]:
