@@ -16,19 +16,29 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .errors import LockLost, LockNotOwned
 from .hold import Hold, inherited_message, lost_message
 from .keys import namespaced
 
 if TYPE_CHECKING:
-    from .kit import LockKit
+    from .backends.base import Backend
+    from .hold_table import Holds
     from .lock import Lock
 
-__all__ = ["Handle", "OnLost"]
+__all__ = ["Handle", "KitParts", "OnLost"]
 
 OnLost = Callable[["Lock"], object]
+
+
+class KitParts(Protocol):
+    """All a handle uses of its kit: a :class:`~lockkit_core.LockKit`, or the view of a
+    kit's read-write locks and semaphores (:class:`~lockkit_core.shared.SharedKit`)."""
+
+    backend: Backend
+    namespace: str
+    holds: Holds
 
 
 class Handle:
@@ -36,7 +46,7 @@ class Handle:
 
     def __init__(
         self,
-        kit: LockKit,
+        kit: KitParts,
         key: str,
         *,
         ttl: float | None,

@@ -11,14 +11,15 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 from .admin import Admin
 from .backends.base import Backend, Capability
-from .config import UNSET, LockKitConfig, check_lock_ttl, check_timeout
+from .config import UNSET, LockKitConfig, Seconds, check_lock_ttl, check_timeout
 from .errors import ConfigError, NotSupported
 from .hold_table import Holds
 from .keys import KeyTemplate, check_key
 from .lock import Lock, OnLost
 from .registry import create_backend
 from .rwlock import RWLock
-from .semaphore import Semaphore
+from .semaphore import Semaphore, check_limit
+from .shared import SharedKit
 
 __all__ = ["LockKit"]
 
@@ -49,9 +50,9 @@ class LockKit:
         url: Any = UNSET,
         *,
         namespace: Any = UNSET,
-        ttl: Any = UNSET,
+        ttl: Seconds = UNSET,
         auto_renew: Any = UNSET,
-        timeout: Any = UNSET,
+        timeout: Seconds = UNSET,
         options: Any = UNSET,
         config: LockKitConfig | None = None,
     ) -> None:
@@ -71,8 +72,11 @@ class LockKit:
             if value is not UNSET
         }
         self.config = base.replace(**changes) if changes else base
+        self._start(create_backend(self.config.url, self.config.options))
+
+    def _start(self, backend: Backend) -> None:
         self.namespace = self.config.namespace
-        self.backend: Backend = create_backend(self.config.url, self.config.options)
+        self.backend: Backend = backend
         #: the holds this kit's handles may re-enter: the one interface between the kit and
         #: its ``Lock`` handles, which use only it, ``backend`` and ``namespace``
         self.holds = Holds(self.backend)
@@ -81,12 +85,50 @@ class LockKit:
         # be released), the watchdog refers only to holds and their backend.
         self._closer = weakref.finalize(self, self.backend.close)
         self.admin = Admin(self)
+        self._shared: dict[tuple[str, int], SharedKit] = {}
         _kits.add(self)
 
     @classmethod
     def from_config(cls, mapping: Mapping[str, Any] | None = None, **overrides: Any) -> LockKit:
         """Build from a settings mapping (``URL``, ``NAMESPACE``, ``TTL``, ...)."""
         return cls(config=LockKitConfig.from_mapping(mapping, **overrides))
+
+    @classmethod
+    def from_redis(
+        cls,
+        client: Any,
+        *,
+        namespace: Any = UNSET,
+        ttl: Any = UNSET,
+        auto_renew: Any = UNSET,
+        timeout: Any = UNSET,
+    ) -> LockKit:
+        """Locks on a ``redis.Redis`` the app already built (a Django cache's connection, a
+        ``Sentinel.master_for(...)`` client, a ``RedisCluster``): lock operations use its
+        pool, giving each connection back after the call, so they count once against its
+        ``max_connections``; the release listener and asyncio clients get pools of their own
+        with the same connection settings. ``close()`` leaves the app's client open."""
+        from .backends.redis import RedisBackend
+
+        backend = RedisBackend.from_client(client)
+        changes = {
+            name: value
+            for name, value in (
+                ("namespace", namespace),
+                ("ttl", ttl),
+                ("auto_renew", auto_renew),
+                ("timeout", timeout),
+            )
+            if value is not UNSET
+        }
+        kit = cls.__new__(cls)
+        try:
+            kit.config = LockKitConfig(url=backend.url.raw).replace(**changes)
+        except BaseException:
+            backend.close()
+            raise
+        kit._start(backend)
+        return kit
 
     def __repr__(self) -> str:
         return f"<LockKit {self.backend.describe()} namespace={self.namespace!r}>"
@@ -107,8 +149,8 @@ class LockKit:
         self,
         key: str,
         *,
-        ttl: Any = UNSET,
-        timeout: Any = UNSET,
+        ttl: Seconds = UNSET,
+        timeout: Seconds = UNSET,
         auto_renew: Any = UNSET,
         reentrant: bool = True,
         fair: bool = False,
@@ -134,8 +176,8 @@ class LockKit:
 
     def _lock_options(
         self,
-        ttl: Any,
-        timeout: Any,
+        ttl: Seconds,
+        timeout: Seconds,
         auto_renew: Any,
         fair: bool,
         on_lost: OnLost | Iterable[OnLost] | None,
@@ -181,29 +223,72 @@ class LockKit:
             "owner": owner,
         }
 
-    def rwlock(self, key: str) -> RWLock:
-        """A read-write lock on ``key``: ``with kit.rwlock(key).read(timeout=5): ...``."""
+    def rwlock(
+        self,
+        key: str,
+        *,
+        ttl: Seconds = UNSET,
+        auto_renew: Any = UNSET,
+        on_lost: OnLost | Iterable[OnLost] | None = None,
+    ) -> RWLock:
+        """A read-write lock on ``key``: ``with kit.rwlock(key).read(timeout=5): ...``.
+        Its places are leases like ``kit.lock()``'s: ``ttl``, ``auto_renew`` and
+        ``on_lost`` mean the same (see :mod:`lockkit_core.shared`)."""
+        check_key(key)
         self._require_shared("rwlock")
-        return RWLock(self, key)
+        return RWLock(self, key, self._lock_options(ttl, UNSET, auto_renew, False, on_lost, None))
 
-    def semaphore(self, key: str, limit: int, *, timeout: Any = UNSET) -> Semaphore:
-        """One of ``limit`` places on ``key``: ``with kit.semaphore(key, limit=3): ...``."""
+    def semaphore(
+        self,
+        key: str,
+        limit: int,
+        *,
+        timeout: Seconds = UNSET,
+        ttl: Seconds = UNSET,
+        auto_renew: Any = UNSET,
+        on_lost: OnLost | Iterable[OnLost] | None = None,
+        owner: str | None = None,
+    ) -> Semaphore:
+        """One of ``limit`` places on ``key``: ``with kit.semaphore(key, limit=3): ...``.
+        The other arguments mean what they mean for ``kit.lock()``."""
+        check_key(key)
+        check_limit(limit)
         self._require_shared("semaphore")
-        return Semaphore(self, key, limit, timeout)
+        options = self._lock_options(ttl, timeout, auto_renew, False, on_lost, owner)
+        return Semaphore(self, key, limit, options)
+
+    def place_options(
+        self, options: dict[str, Any], timeout: Seconds, owner: str | None
+    ) -> dict[str, Any]:
+        """``options`` (of :meth:`_lock_options`) with one place's ``timeout`` and ``owner``
+        checked as ``kit.lock()`` checks them."""
+        if owner is not None and (not isinstance(owner, str) or len(owner) != 32):
+            raise ConfigError("owner must be the 32-character token of an existing acquisition")
+        wait = options["timeout"] if timeout is UNSET else check_timeout(timeout)
+        return {**options, "timeout": wait, "owner": owner}
+
+    def shared_parts(self, mode: str, limit: int) -> SharedKit:
+        """What the handles of places of ``mode`` (and ``limit``) see of this kit, made once,
+        so that a thread re-entering a read re-enters the same hold."""
+        parts = self._shared.get((mode, limit))
+        if parts is None:
+            parts = self._shared.setdefault((mode, limit), SharedKit(self, mode, limit))
+        return parts
 
     def _require_shared(self, what: str) -> None:
         if Capability.SHARED not in self.backend.capabilities:
             raise NotSupported(
                 f"kit.{what}() needs a backend with read-write locks and semaphores; the "
-                f"{self.backend.url.scheme}:// backend has none (use zookeeper://)"
+                f"{self.backend.url.scheme}:// backend has none (memory://, file://, redis:// "
+                "and zookeeper:// have them; `lockkit backends` lists every store's)"
             )
 
     def locked(
         self,
         key: str | Callable[..., str],
         *,
-        ttl: Any = UNSET,
-        timeout: Any = UNSET,
+        ttl: Seconds = UNSET,
+        timeout: Seconds = UNSET,
         auto_renew: Any = UNSET,
         reentrant: bool = True,
         fair: bool = False,
@@ -245,4 +330,6 @@ class LockKit:
 
     def _after_fork_in_child(self) -> None:
         self.holds.after_fork_in_child()
+        for parts in self._shared.values():
+            parts.holds.after_fork_in_child()
         self.backend.after_fork_in_child()

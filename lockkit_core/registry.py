@@ -28,6 +28,8 @@ _BUILTIN: dict[str, str] = {
     "rediss": "lockkit_core.backends.redis:RedisBackend",
     "unix": "lockkit_core.backends.redis:RedisBackend",
     "redlock": "lockkit_core.backends.redlock:RedlockBackend",
+    "redis+cluster": "lockkit_core.backends.redis.cluster:RedisClusterBackend",
+    "redis+sentinel": "lockkit_core.backends.redis.sentinel:RedisSentinelBackend",
     "zookeeper": "lockkit_core.backends.zookeeper:ZooKeeperBackend",
     "etcd": "lockkit_core.backends.etcd:EtcdBackend",
     "postgresql": "lockkit_core.backends.sql.postgres:PostgresBackend",

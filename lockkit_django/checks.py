@@ -41,7 +41,7 @@ from .conf import AdapterSettings, lockkit_state, parse_settings
 
 __all__ = ["check_deploy", "check_settings", "check_view_keys"]
 
-_DOCS = "see the 'Django' section of lockkit's README"
+_DOCS = "see lockkit's Django guide (docs/guides/django.md)"
 _URL = "LOCKKIT['URL']"
 
 

@@ -276,6 +276,8 @@ def test_the_script_run_is_the_file_as_written(kit: LockKit) -> None:
     from lockkit_core.backends.redis.scripts import Script
 
     lua = resources.files("lockkit_core.backends.redis").joinpath("lua")
-    assert [entry.name for entry in lua.iterdir() if entry.name.endswith(".lua")] == ["lock.lua"]
-    script = Script(kit.backend.client, "lock", 4)  # type: ignore[attr-defined]
-    assert script.source == lua.joinpath("lock.lua").read_text()
+    names = sorted(entry.name for entry in lua.iterdir() if entry.name.endswith(".lua"))
+    assert names == ["lock.lua", "shared.lua"]
+    for name in ("lock", "shared"):
+        script = Script(kit.backend.client, name, 4)  # type: ignore[attr-defined]
+        assert script.source == lua.joinpath(f"{name}.lua").read_text()

@@ -78,14 +78,23 @@ def owner_hint(owner: str) -> str:
     return owner_id(owner)[:8]
 
 
-class Grade(enum.StrEnum):
-    """How far the backend's exclusion can be trusted when machines fail."""
+class Grade(str, enum.Enum):
+    """How far the backend's exclusion can be trusted when machines fail.
+
+    ``str(grade)`` and ``format(grade)`` are its value, as with Python 3.11's ``StrEnum``
+    (not used: lockkit runs on Python 3.10)."""
 
     CONSENSUS = "consensus"
     SINGLE_NODE = "single-node"
     QUORUM = "quorum"
     REPLICATED_ASYNC = "replicated-async"
     PROCESS = "in-process"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 @dataclass(frozen=True)
@@ -326,31 +335,43 @@ class Backend(ABC):
         a session (ZooKeeper) keeps it to tell the holder when that session is lost."""
 
     # -- shared locks: read-write locks and semaphores (Capability.SHARED) ---------------------
+    #
+    # A place is a lease like a lock's, taken by the same acquire loop, watchdog and release
+    # (lockkit_core.shared presents these as the plain operations). ``mode`` is ``"read"``
+    # (shared with other readers) or ``"write"`` (exclusive) of a read-write lock, or
+    # ``"slot"``: one of ``limit`` places of a semaphore. Places are served first come, first
+    # served: an attempt by an owner with a waiter (``shared_waiter``) keeps its place in the
+    # queue; an attempt without one only looks, and never gets ahead of a queued owner.
 
-    def acquire_shared(
-        self, key: str, owner: str, mode: str, limit: int, timeout: float | None
-    ) -> int | None:
-        """Take a place on ``key`` for ``owner``, waiting up to ``timeout`` (None: forever).
-
-        ``mode`` is ``"read"`` (shared with other readers) or ``"write"`` (exclusive) of a
-        read-write lock, or ``"slot"``: one of ``limit`` places of a semaphore. Waiters are
-        served in arrival order. Returns the place's fencing token, None on timeout.
-        """
-        raise NotSupported(
-            f"the {self.url.scheme}:// backend has no read-write locks or semaphores"
-        )
+    def try_acquire_shared(self, key: str, owner: str, mode: str, limit: int, ttl: float) -> Grant:
+        """Take a place of ``mode`` on ``key`` for ``owner`` for ``ttl`` seconds if one is free
+        to it now (as :meth:`try_acquire`: an owner that holds one already has it renewed)."""
+        raise self._no_shared()
 
     def release_shared(self, key: str, owner: str, mode: str) -> bool:
         """Give up ``owner``'s place on ``key``; False if it no longer had one."""
-        raise NotSupported(
-            f"the {self.url.scheme}:// backend has no read-write locks or semaphores"
-        )
+        raise self._no_shared()
+
+    def extend_shared(self, key: str, owner: str, mode: str, ttl: float) -> bool:
+        """Reset the lease of ``owner``'s place on ``key`` to ``ttl`` seconds if it has one."""
+        raise self._no_shared()
+
+    def adopt_shared(self, key: str, owner: str, mode: str, ttl: float) -> Grant:
+        """Take over ``owner``'s place (as :meth:`adopt`): renewed, with its token."""
+        raise self._no_shared()
+
+    def shared_waiter(self, key: str, owner: str, mode: str, limit: int) -> Waiter:
+        """Queue ``owner`` for a place and be woken when it may have one (see :class:`Waiter`)."""
+        raise self._no_shared()
 
     def shared_holders(self, key: str, mode: str, limit: int) -> list[Lease]:
         """Who holds places on ``key`` now, in arrival order: the readers or the writer of a
         read-write lock (``mode`` ``"read"`` or ``"write"``), or the first ``limit`` of a
         semaphore (``"slot"``)."""
-        raise NotSupported(
+        raise self._no_shared()
+
+    def _no_shared(self) -> NotSupported:
+        return NotSupported(
             f"the {self.url.scheme}:// backend has no read-write locks or semaphores"
         )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import math
 import os
@@ -24,9 +25,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..py310 import wait_at_most
 from ..url import LockURL
 from .aio import AsyncOps, AsyncWaiter, LocalOps
 from .base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_hint
+from .memory_shared import MemoryPlaces
 
 __all__ = ["MemoryBackend"]
 
@@ -67,6 +70,8 @@ class _Store:
         #: the last token granted on any key: tokens of one key rise because all of them do
         self.fence = 0
         self.added = 0  #: entries made since the last sweep
+        #: the places of its read-write locks and semaphores
+        self.places = MemoryPlaces(self)
 
     def add(self, key: str, now: float) -> _Entry:
         # A sweep visits every entry, so it runs once per that many additions (and at least
@@ -107,6 +112,7 @@ class _Store:
             entry.queue.clear()
             entry.changes += 1
             self.settle(key, entry, now)
+        self.places.forget_waiters()
 
 
 _stores: dict[str, _Store] = {}
@@ -221,9 +227,7 @@ class _AsyncMemoryWaiter(AsyncWaiter):
                 return None
             # Cleared under the store's lock: a release after this sets it again.
             self._event.clear()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self._event.wait()
+        await wait_at_most(self._event.wait(), timeout)
         return registration.wait(0.0)  # notes the change, without waiting
 
     async def close(self, acquired: bool, *, reachable: bool = True) -> None:
@@ -261,6 +265,7 @@ class MemoryBackend(Backend):
         | Capability.LIST
         | Capability.HAND_OFF
         | Capability.NO_LEASE
+        | Capability.SHARED
     )
     grade: ClassVar[Grade] = Grade.PROCESS
     #: new keys after which expired, unreleased leases are swept (or more, in a larger store)
@@ -324,6 +329,25 @@ class MemoryBackend(Backend):
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
         return _MemoryWaiter(self._store, key, owner, fair)
 
+    def try_acquire_shared(self, key: str, owner: str, mode: str, limit: int, ttl: float) -> Grant:
+        return self._store.places.try_acquire(_place_key(key, mode), owner, mode, limit, ttl)
+
+    def release_shared(self, key: str, owner: str, mode: str) -> bool:
+        return self._store.places.release(_place_key(key, mode), owner)
+
+    def extend_shared(self, key: str, owner: str, mode: str, ttl: float) -> bool:
+        return self._store.places.adopt(_place_key(key, mode), owner, ttl).acquired
+
+    def adopt_shared(self, key: str, owner: str, mode: str, ttl: float) -> Grant:
+        return self._store.places.adopt(_place_key(key, mode), owner, ttl)
+
+    def shared_waiter(self, key: str, owner: str, mode: str, limit: int) -> Waiter:
+        return self._store.places.waiter(_place_key(key, mode), owner, mode)
+
+    def shared_holders(self, key: str, mode: str, limit: int) -> list[Lease]:
+        places = self._store.places.holders(_place_key(key, mode), mode, limit)
+        return [dataclasses.replace(lease, key=key) for lease in places]
+
     def aio(self) -> AsyncOps:
         """Operations run inline (in-process and brief); waiters await an event."""
         return _MemoryOps(self)
@@ -367,3 +391,8 @@ class MemoryBackend(Backend):
 def _left(expires: float, now: float) -> float | None:
     """Seconds left of a lease; None for a lock held without one."""
     return None if math.isinf(expires) else expires - now
+
+
+def _place_key(key: str, mode: str) -> str:
+    """A read-write lock's places (read and write) and a semaphore's live apart."""
+    return ("s:" if mode == "slot" else "rw:") + key

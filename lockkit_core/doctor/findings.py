@@ -10,12 +10,16 @@ from typing import Any
 __all__ = ["Finding", "Level", "Report"]
 
 
-class Level(enum.StrEnum):
-    """How much a finding matters: ``unsafe`` makes ``lockkit doctor`` exit 1."""
+class Level(str, enum.Enum):
+    """How much a finding matters: ``unsafe`` makes ``lockkit doctor`` exit 1. ``str(level)``
+    is its value (no ``StrEnum``: lockkit runs on Python 3.10)."""
 
     OK = "ok"
     WARN = "warn"
     UNSAFE = "unsafe"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)

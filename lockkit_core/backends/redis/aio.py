@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...errors import BackendError, BackendUnavailable
+from ...py310 import wait_at_most
 from ...sansio import arun
 from ..aio import AsyncOps, AsyncWaiter
 from ..base import Grant
@@ -32,34 +33,18 @@ T = TypeVar("T")
 #: how long (seconds, plus two ttls) an attempt that failed in an outage is given back for
 #: (the blocking path's ABANDONED_FOR)
 ABANDONED_FOR = 60.0
-#: connections of one event loop's client unless the ``max_connections`` option says
-MAX_CONNECTIONS = 8
 
 
 class RedisOps(AsyncOps):
     """The lock operations of one :class:`RedisBackend` on one event loop."""
 
     def __init__(self, backend: RedisBackend) -> None:
-        import redis.asyncio
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
         from redis.exceptions import NoScriptError, RedisError
 
         self._backend = backend
         self._errors = (RedisError, TimeoutError)
         self._noscript = NoScriptError
-        options = dict(backend.client_options)
-        # Many tasks share the loop's connections: one waits (on the loop) for a free one,
-        # within the socket timeout, rather than failing with "too many connections".
-        pool = redis.asyncio.BlockingConnectionPool.from_url(
-            backend.client_url,
-            max_connections=options.pop("max_connections", MAX_CONNECTIONS),
-            timeout=options.get("socket_timeout", 5.0),
-            # No driver retries: they would stretch the caller's timeout (see RedisBackend).
-            retry=Retry(NoBackoff(), 0),
-            **options,
-        )
-        self.client = redis.asyncio.Redis(connection_pool=pool)
+        self.client = backend.make_async_client()
         self._source = backend._script.source
         self._sha = backend._script.sha
 
@@ -131,9 +116,7 @@ class LoopEvent:
 
     async def wait(self, seconds: float) -> None:
         """Wait up to ``seconds`` for :meth:`set`, then clear it."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._event.wait()
+        await wait_at_most(self._event.wait(), seconds)
         self._event.clear()
 
 
@@ -150,7 +133,7 @@ class AsyncRedisWaiter(AsyncWaiter):
         """Give the listener up to READY_WITHIN to subscribe (see RedisWaiter), on the loop."""
         listener = self._waiter._listener
         until = time.monotonic() + READY_WITHIN
-        while not listener.healthy and time.monotonic() < until:
+        while not listener.ready_for(self._waiter.key) and time.monotonic() < until:
             await asyncio.sleep(0.001)
 
     async def wait(self, timeout: float) -> Grant | None:

@@ -86,9 +86,12 @@ class Connections:
     sending. Connections inherited over ``fork()`` are never used: the child takes its own.
     They count toward the pool's ``max_connections``: one per thread that runs lock
     operations at the same moment.
+
+    ``give_back=True`` (the pool is the app's: ``LockKit.from_redis``) returns each connection
+    to the pool after its call instead, so the app's own commands can use it in between.
     """
 
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: ConnectionPool, *, give_back: bool = False) -> None:
         from redis import exceptions
 
         self._response_error = exceptions.ResponseError
@@ -96,6 +99,7 @@ class Connections:
         self._pool = pool
         self._idle: list[Any] = []
         self._pid = os.getpid()
+        self._give_back = give_back
 
     def _checkout(self) -> Any:
         try:
@@ -134,6 +138,11 @@ class Connections:
         try:
             if self._stale(conn):
                 conn.disconnect()
+            if getattr(conn, "_sock", None) is None:
+                # Connect through connect(), as the pool does: a Sentinel-managed connection
+                # asks the sentinels for the master there (sending would connect to the
+                # address it had, a master that may be gone).
+                conn.connect()
             conn.send_packed_command((packed,))
             return conn.read_response()
         except self._response_error:
@@ -144,7 +153,10 @@ class Connections:
             conn.disconnect()
             raise
         finally:
-            self._idle.append(conn)
+            if self._give_back:
+                self._pool.release(conn)
+            else:
+                self._idle.append(conn)
 
 
 # By client, not by pool: the value holds the pool (and its sockets), and a weak key must not
@@ -152,10 +164,13 @@ class Connections:
 _BY_CLIENT: WeakKeyDictionary[redis.Redis, Connections] = WeakKeyDictionary()
 
 
-def connections_for(client: redis.Redis) -> Connections:
+def connections_for(client: redis.Redis, *, give_back: bool = False) -> Connections:
     """The held connections of ``client`` (one set per client, shared by its scripts);
-    closed when the client is dropped, or by ``client.close()`` (they are its pool's)."""
+    closed when the client is dropped, or by ``client.close()`` (they are its pool's).
+    ``give_back``: see :class:`Connections` (the first call for a client decides)."""
     found = _BY_CLIENT.get(client)
     if found is None:
-        found = _BY_CLIENT.setdefault(client, Connections(client.connection_pool))
+        found = _BY_CLIENT.setdefault(
+            client, Connections(client.connection_pool, give_back=give_back)
+        )
     return found

@@ -308,13 +308,31 @@ class ZooKeeperBackend(Backend):
         self.tree.delete(mine.path)
         self.tree.drop_parent(key)
 
-    def acquire_shared(
-        self, key: str, owner: str, mode: str, limit: int, timeout: float | None
-    ) -> int | None:
-        return self._shared.acquire(key, owner, mode, limit, timeout)
+    @property
+    def session_timeout(self) -> float:
+        """The session timeout the ensemble granted (what a crashed holder costs others)."""
+        return self._session_timeout
+
+    @property
+    def place_wakeups(self) -> int:
+        """Watch notices delivered so far to this backend's waiters for places (what releases
+        of read-write locks and semaphores cost the waiting processes)."""
+        return self._shared.wakeups
+
+    def try_acquire_shared(self, key: str, owner: str, mode: str, limit: int, ttl: float) -> Grant:
+        return self._shared.try_acquire(key, owner, mode, limit, ttl)
 
     def release_shared(self, key: str, owner: str, mode: str) -> bool:
         return self._shared.release(key, owner, mode)
+
+    def extend_shared(self, key: str, owner: str, mode: str, ttl: float) -> bool:
+        return self._shared.adopt(key, owner, ttl).acquired
+
+    def adopt_shared(self, key: str, owner: str, mode: str, ttl: float) -> Grant:
+        return self._shared.adopt(key, owner, ttl)
+
+    def shared_waiter(self, key: str, owner: str, mode: str, limit: int) -> Waiter:
+        return self._shared.waiter(key, owner, mode)
 
     def shared_holders(self, key: str, mode: str, limit: int) -> list[Lease]:
         return self._shared.holders(key, mode, limit)

@@ -14,6 +14,9 @@
 --                 waiter), 'w' (the head's id once it knows when to ask again), 'l' (the
 --                 process that last freed the lock past the head), 's' (a
 --                 fair=True waiter joined: no barging until the queue empties)
+--   G  "lockkit:{<ns:key>}:g:<id>"  list: the token handed to the fair=True waiter <id>, which
+--                 waits for it with BLPOP; not in KEYS (the releaser cannot know the waiter
+--                 beforehand) but in the lock's hash slot, so Cluster serves it on the same node
 -- <id> is an owner's public name: sha1hex(secret), 40 hex digits (its first 8 are the admin
 -- hint). The secret is never stored nor published: the operations that
 -- act on a held lock present it, and only its id is compared.
@@ -119,6 +122,16 @@ local function next_token(F, floor)
   return token
 end
 
+-- Tell a waiting process on its channel; the number of its subscribers that heard. A channel in
+-- the lock's hash slot ('lockkit:{...', Redis Cluster) is a shard channel: SPUBLISH reaches
+-- the node serving the slot only, where PUBLISH would flood every node of the cluster bus.
+local function notify(channel, message)
+  if string.sub(channel, 1, 9) == 'lockkit:{' then
+    return redis.call('spublish', channel, message)
+  end
+  return redis.call('publish', channel, message)
+end
+
 -- A queue entry's fields: expiry ms, lease ms, channel, fair (a boolean), holder. An entry
 -- without the fair=False mark ('~' before the holder) is fair: it is served in order.
 local function parse(entry)
@@ -164,12 +177,19 @@ local function hand_over(F, Q, E, floor, me)
   while true do
     local head = redis.call('zrange', Q, 0, 0)[1]
     if not head then return nil end
-    local expires, lease, channel, _, holder = parse(redis.call('hget', E, head))
+    local expires, lease, channel, fair, holder = parse(redis.call('hget', E, head))
     drop(Q, E, head)
     if expires and tonumber(expires) > now_ms() then
       local token = next_token(F, floor)
       redis.call('set', L, head .. '|' .. token .. '|' .. holder, 'px', lease)
-      if head == me or redis.call('publish', channel, head .. '|' .. token) > 0 then
+      if head == me then return head, token end
+      if notify(channel, head .. '|' .. token) > 0 then
+        if fair then
+          -- The grant itself, for a fair waiter blocked on it (BLPOP): it comes from the
+          -- store, so it needs no confirming round trip as a notice does. Same hash slot.
+          redis.call('rpush', L .. ':g:' .. head, token)
+          redis.call('pexpire', L .. ':g:' .. head, lease)
+        end
         return head, token
       end
       redis.call('del', L)
@@ -209,7 +229,7 @@ local function free(F, Q, E, floor, record)
     if told == head then
       if last ~= by then redis.call('hset', E, 'l', by) end
       return
-    elseif redis.call('publish', channel, head .. '|@' .. PAUSE_MS) > 0 then
+    elseif notify(channel, head .. '|@' .. PAUSE_MS) > 0 then
       redis.call('hset', E, 'w', head, 'l', by)
       return
     end
@@ -247,7 +267,9 @@ local function operate(op, K, A)
     if current then
       if current_id == id then
         -- our own lock: the answer to an earlier attempt was lost, or it was handed to us
+        -- (its grant list, if any, was not read: see hand_over)
         redis.call('pexpire', L, lease)
+        if channel ~= '' then redis.call('del', L .. ':g:' .. id) end
         return {1, string.match(current, '^[^|]*|(%d+)')}
       end
       local pttl = redis.call('pttl', L)
@@ -304,6 +326,7 @@ local function operate(op, K, A)
       -- a waiter gives up; a lock handed to it meanwhile is passed on, not kept, and one freed
       -- past the queue (the head that left would have asked for it) goes to the next in order
       drop(Q, E, id)
+      redis.call('del', L .. ':g:' .. id)
       if redis.call('exists', L) == 0 then
         hand_over(F, Q, E, A[3], nil)
         return 0
