@@ -229,7 +229,7 @@ class RedlockBackend(Backend):
 
     def _agreed(self, per_node: list[list[Lease]]) -> list[Lease]:
         """The leases a quorum of nodes hold for the same owner: the shortest remaining ttl,
-        and the latest start (when the majority was complete)."""
+        and the earliest start a node saw."""
         votes: dict[tuple[str, str], list[Lease]] = {}
         for leases in per_node:
             for one in leases:
@@ -238,17 +238,12 @@ class RedlockBackend(Backend):
         for (key, hint), leases in votes.items():
             if len(leases) >= self.quorum:
                 left = [one.ttl_remaining for one in leases if one.ttl_remaining is not None]
+                # the earliest start a node saw: each node's clock stamps its own copy
                 began = [one.started for one in leases if one.started is not None]
                 agreed.append(
-                    Lease(
-                        key,
-                        hint,
-                        None,
-                        min(left) if left else None,
-                        leases[0].holder,
-                        started=max(began) if began else None,
-                    )
-                )
+                    Lease(key, hint, None, min(left) if left else None, leases[0].holder,
+                          started=min(began) if began else None)
+                )  # fmt: skip
         return sorted(agreed, key=lambda one: one.key)
 
     def list(self, prefix: str) -> list[Lease]:
