@@ -21,9 +21,9 @@ __all__ = ["RedlockBackend"]
 
 #: how long one node may take to answer one request, unless the ``node_timeout`` option says
 NODE_TIMEOUT = 0.1
-#: the socket timeout of each node's own requests (admin reads, leaving queues in the
-#: background), which do not hold up a lock operation
-SOCKET_TIMEOUT = 2.0
+#: the socket timeout of each node's own requests: admin reads (``locked()``, ``lockkit
+#: list``, which ask the nodes one after another), leaving queues in the background
+SOCKET_TIMEOUT = 0.5
 MIN_NODES = 3
 #: a node that failed to answer is not chosen as a key's home node for this long (seconds)
 DOWN_FOR = 1.0
@@ -228,7 +228,8 @@ class RedlockBackend(Backend):
         return found
 
     def _agreed(self, per_node: list[list[Lease]]) -> list[Lease]:
-        """The leases a quorum of nodes hold for the same owner; the shortest remaining ttl."""
+        """The leases a quorum of nodes hold for the same owner: the shortest remaining ttl,
+        and the earliest start a node saw."""
         votes: dict[tuple[str, str], list[Lease]] = {}
         for leases in per_node:
             for one in leases:
