@@ -141,3 +141,31 @@ def test_the_acquire_span_is_a_child_of_the_caller_s_span(otel: Otel) -> None:
         [span] = otel.acquire_spans(kit.namespace)
         assert span.parent is not None
         assert span.parent.span_id == request.get_span_context().span_id
+
+
+def test_the_grafana_dashboard_queries_only_series_lockkit_exports() -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    from lockkit_core import observe
+
+    exported = set()
+    assert observe._instruments is not None
+    for name, suffixes in (
+        ("lockkit.lock.wait.duration", ("_seconds_bucket", "_seconds_count", "_seconds_sum")),
+        ("lockkit.lock.hold.duration", ("_seconds_bucket", "_seconds_count", "_seconds_sum")),
+        ("lockkit.lock.lost", ("_total",)),
+        ("lockkit.task.duplicates", ("_total",)),
+    ):
+        exported |= {name.replace(".", "_") + suffix for suffix in suffixes}
+    path = Path(__file__).parent.parent / "docs" / "guides" / "lockkit-grafana-dashboard.json"
+    dashboard = json.loads(path.read_text())
+    queried = set()
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            queried |= set(re.findall(r"\blockkit_[a-z_]+", target["expr"]))
+    labels = {"lockkit_namespace", "lockkit_key_template", "lockkit_outcome", "lockkit_task"}
+    labels |= {"lockkit_action"}
+    assert queried - labels, "the dashboard queries nothing"
+    assert queried - labels <= exported, queried - labels - exported
