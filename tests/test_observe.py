@@ -169,3 +169,24 @@ def test_the_grafana_dashboard_queries_only_series_lockkit_exports() -> None:
     labels |= {"lockkit_action"}
     assert queried - labels, "the dashboard queries nothing"
     assert queried - labels <= exported, queried - labels - exported
+
+
+def test_without_opentelemetry_installed_locks_work_and_record_nothing() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "sys.modules['opentelemetry'] = None  # as if the otel extra were not installed\n"
+        "from lockkit_core import LockKit, observe\n"
+        "assert observe._instruments is None\n"
+        "kit = LockKit('memory://absent', auto_renew=False)\n"
+        "with kit.lock('k', timeout=1):\n"
+        "    assert kit.lock('k', reentrant=False).acquire(blocking=False) is False\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
