@@ -256,6 +256,7 @@ def test_backends_json() -> None:
         "cross_process",
         "list",
         "hand_off",
+        "shared",
         "no_lease",
     ]
     assert data["redis"]["grade"] == "single-node"
