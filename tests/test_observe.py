@@ -141,3 +141,52 @@ def test_the_acquire_span_is_a_child_of_the_caller_s_span(otel: Otel) -> None:
         [span] = otel.acquire_spans(kit.namespace)
         assert span.parent is not None
         assert span.parent.span_id == request.get_span_context().span_id
+
+
+def test_the_grafana_dashboard_queries_only_series_lockkit_exports() -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    from lockkit_core import observe
+
+    exported = set()
+    assert observe._instruments is not None
+    for name, suffixes in (
+        ("lockkit.lock.wait.duration", ("_seconds_bucket", "_seconds_count", "_seconds_sum")),
+        ("lockkit.lock.hold.duration", ("_seconds_bucket", "_seconds_count", "_seconds_sum")),
+        ("lockkit.lock.lost", ("_total",)),
+        ("lockkit.task.duplicates", ("_total",)),
+    ):
+        exported |= {name.replace(".", "_") + suffix for suffix in suffixes}
+    path = Path(__file__).parent.parent / "docs" / "guides" / "lockkit-grafana-dashboard.json"
+    dashboard = json.loads(path.read_text())
+    queried = set()
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            queried |= set(re.findall(r"\blockkit_[a-z_]+", target["expr"]))
+    labels = {"lockkit_namespace", "lockkit_key_template", "lockkit_outcome", "lockkit_task"}
+    labels |= {"lockkit_action"}
+    assert queried - labels, "the dashboard queries nothing"
+    assert queried - labels <= exported, queried - labels - exported
+
+
+def test_without_opentelemetry_installed_locks_work_and_record_nothing() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "sys.modules['opentelemetry'] = None  # as if the otel extra were not installed\n"
+        "from lockkit_core import LockKit, observe\n"
+        "assert observe._instruments is None\n"
+        "kit = LockKit('memory://absent', auto_renew=False)\n"
+        "with kit.lock('k', timeout=1):\n"
+        "    assert kit.lock('k', reentrant=False).acquire(blocking=False) is False\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
