@@ -16,6 +16,7 @@ from .errors import ConfigError, NotSupported
 from .hold_table import Holds
 from .keys import KeyTemplate, check_key
 from .lock import Lock, OnLost
+from .observe import Labels
 from .registry import create_backend
 from .rwlock import RWLock
 from .semaphore import Semaphore, check_limit
@@ -80,6 +81,8 @@ class LockKit:
         #: the holds this kit's handles may re-enter: the one interface between the kit and
         #: its ``Lock`` handles, which use only it, ``backend`` and ``namespace``
         self.holds = Holds(self.backend)
+        #: the attributes of this kit's metrics (lockkit_core.observe)
+        self.labels = Labels(self.backend.url.scheme, self.namespace)
         # A kit dropped without close() still closes its store once collected. Nothing
         # long-lived refers to a kit: its handles do (so it lives while any of its locks can
         # be released), the watchdog refers only to holds and their backend.
@@ -156,6 +159,7 @@ class LockKit:
         fair: bool = False,
         on_lost: OnLost | Iterable[OnLost] | None = None,
         owner: str | None = None,
+        template: str | None = None,
     ) -> Lock:
         """A handle on ``key``. Arguments left out come from the kit's settings.
 
@@ -169,9 +173,17 @@ class LockKit:
         (or ``with``) confirms on the store that the token still holds the key and then
         renews, checks and releases it here. Adoption never creates a holder: on a free key,
         or one held under another token, ``acquire()`` raises :class:`LockNotOwned` at once.
+
+        ``template``: what the key was made from (``"order:{order_id}"``, a task's name),
+        shown on the lock's metrics as ``lockkit.key_template``; the full key never is
+        (see :mod:`lockkit_core.observe`).
         """
         check_key(key)
         options = self._lock_options(ttl, timeout, auto_renew, fair, on_lost, owner)
+        if template is not None:
+            if not isinstance(template, str):
+                raise TypeError(f"template must be a str, got {type(template).__name__}")
+            options["labels"] = self.labels.with_template(template)
         return Lock(self, key, reentrant=reentrant, **options)
 
     def _lock_options(
@@ -221,6 +233,7 @@ class LockKit:
             "fair": fair,
             "on_lost": callbacks,
             "owner": owner,
+            "labels": self.labels,
         }
 
     def rwlock(
@@ -303,6 +316,8 @@ class LockKit:
         """
         template = KeyTemplate(key)
         options = self._lock_options(ttl, timeout, auto_renew, fair, on_lost, None)
+        shown = key if isinstance(key, str) else getattr(key, "__qualname__", repr(key))
+        options["labels"] = self.labels.with_template(shown)
 
         def decorate(func: Callable[P, R]) -> Callable[P, R]:
             signature = template.check_signature(func)

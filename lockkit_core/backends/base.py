@@ -116,13 +116,17 @@ class Grant:
 class Lease:
     """What the admin layer shows about one held lock. ``key`` is the stored (namespaced) key;
     ``owner_hint`` is :func:`owner_hint` of the owner token, enough to tell holders apart but
-    useless for releasing."""
+    useless for releasing. ``started``: when the current holder got it, in seconds since the
+    epoch, by the store's clock where it has one (None where a record made before the store
+    kept it); ``waiters``: how many wait for it, where the store can count them cheaply."""
 
     key: str
     owner_hint: str
     token: int | None
     ttl_remaining: float | None
     holder: str | None = None
+    started: float | None = None
+    waiters: int | None = None
 
 
 class Waiter(ABC):

@@ -81,8 +81,8 @@ class EtcdBackend(Backend):
 
     # -- locking ---------------------------------------------------------------------------------
 
-    def _value(self, owner: str, ttl: float) -> str:
-        return Record.value(owner_id(owner), ttl, self._holder + str(os.getpid()))
+    def _value(self, owner: str, ttl: float, started: float | None) -> str:
+        return Record.value(owner_id(owner), ttl, self._holder + str(os.getpid()), started)
 
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         return self.client.run(self.attempt(key, owner, ttl))
@@ -140,12 +140,13 @@ class EtcdBackend(Backend):
         )
         queue_lease = (yield from self.queue.lease()).id if joining else None
         stale = self.queue.take_stale()
+        started = time.time()
 
         def body() -> dict[str, Any]:
             return acquire_body(
                 key,
                 owner_id(owner),
-                self._value(owner, ttl),
+                self._value(owner, ttl, started),
                 lease.id,
                 queued_at=waiter.queued_at if waiter is not None else None,
                 queue_lease=queue_lease,
@@ -164,7 +165,7 @@ class EtcdBackend(Backend):
             answer = yield Call("kv/txn", body(), f"acquire {key!r}")
         revision = int(answer["header"]["revision"])
         if answer.get("succeeded"):
-            self._held[(key, owner)] = Held(lease, ttl)
+            self._held[(key, owner)] = Held(lease, ttl, started)
             self._seen.pop(lkey, None)
             return Grant(True, revision), None
         ranges = [r.get("response_range", {}) for r in answer.get("responses", [])]
@@ -184,7 +185,7 @@ class EtcdBackend(Backend):
         if record.owner == owner_id(owner):
             # Ours already: a retried request whose answer was lost. Renew it, under the
             # lease it has, and keep the token it got.
-            held = Held(LeaseRef(record.lease, 0, sent), ttl)
+            held = Held(LeaseRef(record.lease, 0, sent), ttl, record.started)
             self._held[(key, owner)] = held
             if waiter is not None and waiter.queued_at is not None:
                 yield Call("kv/deleterange", {"key": b64(mine)}, f"leave {key!r}'s queue")
@@ -234,7 +235,7 @@ class EtcdBackend(Backend):
         self._seen.pop(lkey, None)
         if not answer.get("succeeded"):
             return False
-        log.info("took %s over from a holder that let its %g s ttl pass", key, record.ttl)
+        log.info("took %r over from a holder that let its %g s ttl pass", key, record.ttl)
         yield from self.leases.revoke(record.lease)
         return True
 
@@ -262,7 +263,7 @@ class EtcdBackend(Backend):
                     {
                         "request_put": {
                             "key": b64(lkey),
-                            "value": self._value(owner, ttl),
+                            "value": self._value(owner, ttl, held.started),
                             "lease": (moved or lease).id,
                         }
                     },
@@ -300,7 +301,7 @@ class EtcdBackend(Backend):
         record = yield from self._read(key)
         if record is None or record.owner != owner_id(owner):
             return None
-        held = Held(LeaseRef(record.lease, 0, 0.0), record.ttl)
+        held = Held(LeaseRef(record.lease, 0, 0.0), record.ttl, record.started)
         return held, record.lease
 
     def release(self, key: str, owner: str) -> bool:
@@ -382,6 +383,7 @@ class EtcdBackend(Backend):
             token=record.create_revision,
             ttl_remaining=record.ttl if left is None else min(left, record.ttl),
             holder=record.holder,
+            started=record.started,
         )
 
     def list(self, prefix: str) -> list[Lease]:

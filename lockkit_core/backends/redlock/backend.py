@@ -237,7 +237,12 @@ class RedlockBackend(Backend):
         for (key, hint), leases in votes.items():
             if len(leases) >= self.quorum:
                 left = [one.ttl_remaining for one in leases if one.ttl_remaining is not None]
-                agreed.append(Lease(key, hint, None, min(left) if left else None, leases[0].holder))
+                # the earliest start a node saw: each node's clock stamps its own copy
+                began = [one.started for one in leases if one.started is not None]
+                agreed.append(
+                    Lease(key, hint, None, min(left) if left else None, leases[0].holder,
+                          started=min(began) if began else None)
+                )  # fmt: skip
         return sorted(agreed, key=lambda one: one.key)
 
     def list(self, prefix: str) -> list[Lease]:

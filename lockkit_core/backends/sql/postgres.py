@@ -149,7 +149,10 @@ SELECT live, pg_notify(%(channel)s, '') FROM gone"""
 UPDATE {t} SET expires_at = {until}, ttl = %(ttl)s
 WHERE key = %(key)s AND owner = %(owner)s AND expires_at > {now}
 RETURNING fence"""
-        columns = f"key, owner, fence, extract(epoch FROM expires_at - {now})::float8, holder"
+        columns = (
+            f"key, owner, fence, extract(epoch FROM expires_at - {now})::float8, holder, "
+            "extract(epoch FROM started_at)::float8"
+        )
         self._info_sql = f"SELECT {columns} FROM {t} WHERE key = %(key)s AND expires_at > {now}"
         self._list_sql = (
             f"SELECT {columns} FROM {t} WHERE key LIKE %(pattern)s AND expires_at > {now} "
@@ -290,13 +293,14 @@ SELECT live, pg_notify(%(channel)s, '') FROM gone"""
 
     @staticmethod
     def _lease(row: tuple[Any, ...]) -> Lease:
-        key, owner, fence, left, holder = row
+        key, owner, fence, left, holder, started = row
         return Lease(
             key=key,
             owner_hint=str(owner)[:8],
             token=int(fence),
             ttl_remaining=max(0.0, float(left)),
             holder=holder,
+            started=float(started),
         )
 
     def list(self, prefix: str) -> list[Lease]:

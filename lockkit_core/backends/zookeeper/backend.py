@@ -128,9 +128,15 @@ class ZooKeeperBackend(Backend):
                 except NoNodeError:
                     return None, children
                 # The head holds the lock, claimed or not yet (see claims.py).
-                claimed = NodeData.decode(raw).lease_ms > 0 or child == children[0]
+                data = NodeData.decode(raw)
+                claimed = data.lease_ms > 0 or child == children[0]
                 return Mine(
-                    path, stat.czxid, stat.version, claimed, self.session.generation
+                    path,
+                    stat.czxid,
+                    stat.version,
+                    claimed,
+                    self.session.generation,
+                    since=data.since if claimed else 0.0,
                 ), children
         return None, children
 
@@ -252,6 +258,7 @@ class ZooKeeperBackend(Backend):
         mine.claimed = True
         mine.claim = UNSENT
         mine.lease_ms = ms
+        mine.since = self.tree.server_now() / 1000.0
         self._claims.later(mine, claim_delay(ms))
         return Grant(True, mine.czxid)
 
@@ -310,7 +317,7 @@ class ZooKeeperBackend(Backend):
                 return Grant(False)
             if children[0] != mine.path.rpartition("/")[2]:
                 return Grant(False)
-        data = NodeData.here(max(1, int(ttl * 1000))).encode()
+        data = NodeData.here(max(1, int(ttl * 1000)), since=mine.since or None).encode()
         path = mine.path
         with self._claims.lock:
             if mine.claim is UNSENT:
@@ -411,6 +418,8 @@ class ZooKeeperBackend(Backend):
             token=int(stat.czxid),
             ttl_remaining=None if left is None else left / 1000.0,
             holder=data.describe(len(children) - 1),
+            started=data.since or None,
+            waiters=len(children) - 1,
         )
 
     def list(self, prefix: str) -> list[Lease]:

@@ -270,6 +270,7 @@ class SharedPlaces:
                     token=int(stat.czxid),
                     ttl_remaining=None if left is None else left / 1000.0,
                     holder=f"{kind}: {data.describe(0)}",
+                    started=data.since or None,
                 )
             )
         return leases

@@ -40,6 +40,7 @@ class Mine:
     #: the claim's reply while it has not been read (kazoo's async result), or UNSENT
     claim: Any = None
     lease_ms: int = 0  #: the lease the claim stamps
+    since: float = 0.0  #: when it claimed (epoch s, the server's clock as seen); 0: not yet
 
 
 class LockTree:
@@ -105,8 +106,10 @@ class LockTree:
         parent = self.parent(key)
         prefix = f"{parent}/{oid}-"
         generation = self.session.generation
-        claim = NodeData.here(ms).encode()
-        data = NodeData.here(0, wants_ms=ms).encode() if queueing else claim
+        now = self.server_now() / 1000.0
+        claim = NodeData.here(ms, since=now).encode()
+        data = NodeData.here(0, wants_ms=ms, since=now).encode() if queueing else claim
+        since = 0.0 if queueing else now
         for _ in range(_ROUNDS):
             if key in self._crowded or self._opening.get(key):
                 # Contended lately, or another caller here is making the parent (its request
@@ -131,7 +134,9 @@ class LockTree:
                 path, stat = made
                 self.saw(stat)
                 children = None if isinstance(listed, Exception) else ordered(list(listed))
-                return Mine(path, stat.czxid, stat.version, not queueing, generation), children
+                return Mine(
+                    path, stat.czxid, stat.version, not queueing, generation, since=since
+                ), children
 
             def multi(c: Any) -> Any:
                 t = c.transaction()  # which, unlike create(), ignores the default ACL
@@ -151,7 +156,7 @@ class LockTree:
                 stat = results[2]
                 self.saw(stat)
                 return Mine(
-                    results[1], stat.czxid, stat.version, True, generation, first=True
+                    results[1], stat.czxid, stat.version, True, generation, first=True, since=now
                 ), None
             if isinstance(results[0], NodeExistsError):
                 self._crowded[key] = None
@@ -174,7 +179,9 @@ class LockTree:
             path, stat = made
             self.saw(stat)
             children = None if isinstance(listed, Exception) else ordered(list(listed))
-            return Mine(path, stat.czxid, stat.version, not queueing, generation), children
+            return Mine(
+                path, stat.czxid, stat.version, not queueing, generation, since=since
+            ), children
         raise BackendUnavailable(f"the lock node of {key!r} kept vanishing while created")
 
     def creating(self, key: str, oid: str, start: Any) -> Steps[Any]:
