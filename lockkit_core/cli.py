@@ -241,6 +241,29 @@ def release_command(ctx: click.Context, key: str, force: bool, as_json: bool) ->
         click.echo(released_line(key, before, released))
 
 
+def _scheme_rows(scheme: str, current: str | None) -> list[dict[str, Any]]:
+    """The scheme's row, then one per variant its options pick (``?mode=advisory``)."""
+    row = _scheme_row(scheme, current)
+    rows = [row]
+    try:
+        variants = backend_class(scheme).variants() if row["installed"] else {}
+    except Exception as exc:  # a broken plug-in must not hide the others
+        row["note"] = f"cannot load its variants: {exc}"
+        variants = {}
+    for query, cls in variants.items():
+        rows.append(
+            {
+                **row,
+                "scheme": scheme,
+                "variant": query,
+                "current": False,
+                "grade": str(cls.grade),
+                "capabilities": capability_names(cls.capabilities),
+            }
+        )
+    return rows
+
+
 def _scheme_row(scheme: str, current: str | None) -> dict[str, Any]:
     row: dict[str, Any] = {
         "scheme": scheme,
@@ -300,7 +323,7 @@ def backends_command(ctx: click.Context, as_json: bool) -> None:
     except LockKitError:
         current = None
     with _lockkit_errors():
-        rows = [_scheme_row(scheme, current) for scheme in known_schemes()]
+        rows = [row for scheme in known_schemes() for row in _scheme_rows(scheme, current)]
     if as_json:
         emit_json(rows)
         return
@@ -310,7 +333,7 @@ def backends_command(ctx: click.Context, as_json: bool) -> None:
             [
                 [
                     "*" if row["current"] else "",
-                    row["scheme"] + "://",
+                    row["scheme"] + "://" + row.get("variant", ""),
                     row["grade"] or "-",
                     ", ".join(row["capabilities"]) or "-",
                     row["note"],

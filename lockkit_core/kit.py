@@ -196,13 +196,25 @@ class LockKit:
         owner: str | None,
     ) -> dict[str, Any]:
         cfg = self.config
-        real_ttl = cfg.ttl if ttl is UNSET else check_lock_ttl(ttl)
+        caps = self.backend.capabilities
+        # session-bound only: no lease at all, the lock ends with the store session
+        leases = Capability.TTL in caps or Capability.NO_LEASE not in caps
+        # A store without leases (advisory locks) holds for the session: the kit's default
+        # ttl, a lease length, has nothing to apply to there.
+        default_ttl = cfg.ttl if leases else None
+        real_ttl = default_ttl if ttl is UNSET else check_lock_ttl(ttl)
         if real_ttl is None and Capability.NO_LEASE not in self.backend.capabilities:
             raise NotSupported(
                 f"the {self.backend.url.scheme}:// backend cannot hold a lock without a lease "
                 "(ttl=None): it frees a lock only when its lease runs out, so a holder that "
                 "crashed would keep it for ever. Give a ttl (auto_renew keeps it held), or "
                 "use memory:// or file://, which free a lock when its holder process ends"
+            )
+        if real_ttl is not None and not leases:
+            raise NotSupported(
+                f"{self.backend.describe()} has no leases: a lock lasts as long as the session "
+                "that took it, so a ttl could not be kept. Leave ttl out (or pass ttl=None), or "
+                "use a store with leases"
             )
         real_timeout = cfg.timeout if timeout is UNSET else check_timeout(timeout)
         renew = cfg.auto_renew if auto_renew is UNSET else auto_renew

@@ -228,7 +228,10 @@ def test_backends_table(url: str) -> None:
     assert result.exit_code == 0, result.output
     out = lines(result)
     rows = {line.split()[1 if line.startswith("*") else 0]: line for line in out[1:-1]}
-    assert set(rows) == {scheme + "://" for scheme in known_schemes()}
+    advisory = {"postgresql://?mode=advisory", "postgres://?mode=advisory"}
+    assert set(rows) == {scheme + "://" for scheme in known_schemes()} | advisory
+    assert "no_lease" in rows["postgresql://?mode=advisory"]
+    assert "hand_off" not in rows["postgresql://?mode=advisory"]
     assert rows["file://"].startswith("*")
     assert "single-node" in rows["file://"]
     assert "cross_process" in rows["file://"]

@@ -202,6 +202,19 @@ class Backend(ABC):
         self.url = url
         self.options = self.parse_options(url, options)
 
+    @classmethod
+    def variant(cls, url: LockURL, options: Mapping[str, Any]) -> type[Backend]:
+        """The class that serves ``url`` with ``options``: a store whose options pick another
+        kind of lock with capabilities of its own (``postgresql://?mode=advisory``) returns
+        that class; the rest return their own."""
+        return cls
+
+    @classmethod
+    def variants(cls) -> dict[str, type[Backend]]:
+        """The other classes :meth:`variant` may pick, by the URL query that picks them
+        (shown by ``lockkit backends``)."""
+        return {}
+
     def check_seconds(self, *names: str) -> None:
         """ConfigError for any of the options ``names`` given as anything but a positive number
         of seconds (a missing one is left to the backend's default)."""

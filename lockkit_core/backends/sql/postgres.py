@@ -86,7 +86,28 @@ class PostgresBackend(Backend):
         "socket_timeout": float,
         "sslmode": str,
         "table": str,
+        "mode": str,
     }
+
+    @classmethod
+    def variant(cls, url: LockURL, options: Mapping[str, Any]) -> type[Backend]:
+        mode = options.get("mode", url.query.get("mode", "lease"))
+        if mode == "advisory":
+            from .pgadvisory import PgAdvisoryBackend
+
+            return PgAdvisoryBackend
+        if mode != "lease":
+            raise ConfigError(
+                f"option 'mode' of {url.redacted()} must be 'lease' (the lease table, the "
+                f"default) or 'advisory' (PostgreSQL advisory locks), got {mode!r}"
+            )
+        return cls
+
+    @classmethod
+    def variants(cls) -> dict[str, type[Backend]]:
+        from .pgadvisory import PgAdvisoryBackend
+
+        return {"?mode=advisory": PgAdvisoryBackend}
 
     def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
         super().__init__(url, options)
