@@ -240,8 +240,11 @@ def test_locked_decorates_async_def(kit: LockKit) -> None:
         return await asyncio.gather(job(1), job(2), job(1), return_exceptions=True)
 
     results = asyncio.run(main())
-    assert results[:2] == [1, 2]
-    assert isinstance(results[2], LockTimeout)
+    assert results[1] == 2
+    # The two calls of job(1) race: on a networked store either attempt may land first.
+    ones = [results[0], results[2]]
+    assert 1 in ones
+    assert sum(isinstance(r, LockTimeout) for r in ones) == 1, ones
     assert not overlapped
 
 

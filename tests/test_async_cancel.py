@@ -110,8 +110,13 @@ def test_a_waiter_cancelled_as_the_lock_reaches_it_passes_it_on(kit: LockKit) ->
         second_lock = kit.lock("handed", fair=fair)
         second = asyncio.create_task(second_lock.aacquire(timeout=5))
         await asyncio.sleep(0.05)
-        await holder.arelease()  # hands over to (or wakes) the first waiter...
-        first.cancel()  # ...cancelled before it ran again
+        # The release hands over to (or wakes) the first waiter, which is cancelled while the
+        # release is on its way: ZooKeeper tells a watcher of the delete before the deleter
+        # hears back, so the waiter could otherwise be done by the time the release returns.
+        releasing = asyncio.create_task(holder.arelease())
+        await asyncio.sleep(0)
+        first.cancel()
+        await releasing
         with pytest.raises(asyncio.CancelledError):
             await first
         started = time.monotonic()
