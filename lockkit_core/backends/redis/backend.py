@@ -112,8 +112,11 @@ class RedisBackend(Backend):
         # One script, two call shapes: operations on a held lock need only its record.
         self._script = self.new_script(4)
         self._script_on_record = self.new_script(1)
-        #: the connections a fair waiter blocks on for its grant (RedisWaiter.await_grant)
-        self.grant_connections = connections_for(self.client)
+        #: the connections a fair waiter blocks on for its grant (RedisWaiter.await_grant);
+        #: None on a cluster, whose client has no one pool (its fair waiters take notices)
+        self.grant_connections = (
+            None if self.sharded else connections_for(self.client, give_back=self._shared_pool)
+        )
         # ... and batches (begin_run, end_run), by their number of keys
         self._batches: dict[int, Script] = {}
         self._one_slot = self.sharded  # cluster mode: no script over several locks' slots
@@ -135,9 +138,10 @@ class RedisBackend(Backend):
         """How this backend reaches its server(s); the Sentinel and Cluster backends differ."""
         return clients_from_url(url, self.options)
 
-    def new_script(self, numkeys: int) -> Script:
-        """The lock script, called with ``numkeys`` keys, on this backend's client."""
-        return Script(self.client, "lock", numkeys, give_back=self._shared_pool)
+    def new_script(self, numkeys: int, name: str = "lock") -> Script:
+        """The script ``lua/<name>.lua``, called with ``numkeys`` keys, on this backend's
+        client."""
+        return Script(self.client, name, numkeys, give_back=self._shared_pool)
 
     @classmethod
     def from_client(cls, client: Any) -> RedisBackend:

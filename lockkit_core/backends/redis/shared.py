@@ -39,8 +39,8 @@ class RedisPlaces:
 
     def __init__(self, backend: RedisBackend) -> None:
         self.backend = backend
-        self._script = Script(backend.client, "shared", 4)
-        self._on_record = Script(backend.client, "shared", 1)
+        self._script = backend.new_script(4, "shared")
+        self._on_record = backend.new_script(1, "shared")
         self.queued: dict[tuple[str, str], _PlaceWaiter] = {}
         self.leaver = Leaver(self._leave)
 
@@ -52,7 +52,7 @@ class RedisPlaces:
         ms = max(1, int(ttl * 1000))
         holder = backend._holder + str(os.getpid())
         waiter = self.queued.get((key, owner))
-        channel = backend._listener.channel if waiter is not None else ""
+        channel = backend._listener.channel_for(key) if waiter is not None else ""
         args = [*place_keys(key, mode), "acquire", owner_id(owner), mode, limit, ms, holder,
                 channel, backend._floor]  # fmt: skip
         sent = time.monotonic()
