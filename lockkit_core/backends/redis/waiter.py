@@ -84,7 +84,7 @@ class RedisWaiter(Waiter):
     def listening(self, timeout: float = 0.0) -> bool:
         """True once the backend's listener is subscribed (notices can reach this waiter),
         waiting up to ``timeout`` for it; for a caller that waits on its own ``event``."""
-        return self._listener.wait_ready(timeout, self.key)
+        return self._listener.wait_ready(timeout)
 
     def wait(self, timeout: float) -> Grant | None:
         # A queued fair=True blocking waiter reads the grant the release pushes for it
@@ -115,7 +115,7 @@ class RedisWaiter(Waiter):
         sent = time.monotonic()
         packed = _BLPOP.pack((stored_key(self.key) + ":g:" + self.id, f"{seconds:.3f}"))
         connections = backend.grant_connections
-        assert connections is not None  # see wait()
+        assert connections is not None  # checked by wait()
         reply = backend._call(f"wait for {self.key!r}", lambda: connections.call(packed))
         if reply is None:
             return None
