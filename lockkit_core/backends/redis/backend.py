@@ -114,8 +114,10 @@ class RedisBackend(Backend):
         self._script = self.new_script(4)
         self._script_on_record = self.new_script(1)
         #: the connections a fair waiter blocks on for its grant (RedisWaiter.await_grant);
-        #: none on a cluster, whose client has no one pool: its fair waiters wait by notice
-        self.grant_connections = None if self.sharded else connections_for(self.client)
+        #: None on a cluster, whose client has no one pool (its fair waiters take notices)
+        self.grant_connections = (
+            None if self.sharded else connections_for(self.client, give_back=self._shared_pool)
+        )
         # ... and batches (begin_run, end_run), by their number of keys
         self._batches: dict[int, Script] = {}
         self._one_slot = self.sharded  # cluster mode: no script over several locks' slots
