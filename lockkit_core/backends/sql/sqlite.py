@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from ...errors import BackendError, BackendUnavailable, ConfigError
 from ...url import LockURL
+from ..aio import AsyncOps, Executor, ExecutorOps
 from ..base import Backend, Capability, Grade, Grant, Lease, owner_id
 from .schema import DEFAULT_TABLE, check_table, sqlite_ddl
 
@@ -47,6 +48,7 @@ class SqliteBackend(Backend):
 
     def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
         super().__init__(url, options)
+        self._executor = Executor("lockkit-sqlite")
         self.path = self.file_path(url)
         self.table = check_table(self.options.get("table", DEFAULT_TABLE))
         self.busy_timeout = self.options.get("timeout", 5.0)
@@ -222,6 +224,7 @@ class SqliteBackend(Backend):
     # -- lifecycle -------------------------------------------------------------------------------
 
     def after_fork_in_child(self) -> None:
+        self._executor.forget_after_fork()
         # SQLite connections must not cross a fork; the parent's is kept (never closed here)
         # and the child opens its own.
         if self._conn is not None:
@@ -229,7 +232,13 @@ class SqliteBackend(Backend):
         self._conn = None
         self._lock = threading.Lock()
 
+    def aio(self) -> AsyncOps:
+        """The blocking statements, run on a few threads of this kit (see ExecutorOps):
+        the driver has no asyncio API."""
+        return ExecutorOps(self, self._executor)
+
     def close(self) -> None:
+        self._executor.close()
         with self._lock:
             if self._conn is not None:
                 self._conn.close()

@@ -56,6 +56,10 @@ def remaining_ms(mtime_ms: int, lease_ms: int, server_now_ms: float) -> float | 
     return mtime_ms + lease_ms - server_now_ms
 
 
+#: this host's name, read once (a system call each time: on an event loop, one per attempt)
+_HOST = socket.gethostname()
+
+
 @dataclass(frozen=True)
 class NodeData:
     """What a lock node carries: the lease (0 while queued) and who holds it, for admins;
@@ -77,7 +81,7 @@ class NodeData:
         claim's time, default now)."""
         return cls(
             lease_ms,
-            socket.gethostname(),
+            _HOST,
             os.getpid(),
             threading.current_thread().name,
             time.time() if since is None else since,
