@@ -267,6 +267,7 @@ def _scheme_rows(scheme: str, current: str | None) -> list[dict[str, Any]]:
 def _scheme_row(scheme: str, current: str | None) -> dict[str, Any]:
     row: dict[str, Any] = {
         "scheme": scheme,
+        "variant": "",  # or the URL query that picks another kind of lock (?mode=advisory)
         "current": scheme == current,
         "grade": None,
         "capabilities": [],
@@ -333,7 +334,7 @@ def backends_command(ctx: click.Context, as_json: bool) -> None:
             [
                 [
                     "*" if row["current"] else "",
-                    row["scheme"] + "://" + row.get("variant", ""),
+                    row["scheme"] + "://" + row["variant"],
                     row["grade"] or "-",
                     ", ".join(row["capabilities"]) or "-",
                     row["note"],

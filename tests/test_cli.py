@@ -244,8 +244,9 @@ def test_backends_table(url: str) -> None:
 def test_backends_json() -> None:
     result = run("--url", "memory://", "backends", "--json")
     assert result.exit_code == 0, result.output
-    data = {row["scheme"]: row for row in json.loads(result.stdout)}
-    assert set(data) == set(known_schemes())
+    data = {row["scheme"] + row["variant"]: row for row in json.loads(result.stdout)}
+    advisory = {"postgresql?mode=advisory", "postgres?mode=advisory"}
+    assert set(data) == set(known_schemes()) | advisory
     memory = data["memory"]
     assert memory["current"] is True
     assert memory["grade"] == "in-process"

@@ -175,7 +175,7 @@ def test_the_honest_limits_are_errors_at_lock_time(postgres_server: PostgresServ
 def test_lockkit_backends_shows_the_advisory_capabilities() -> None:
     done = CliRunner().invoke(cli, ["backends", "--json"])
     assert done.exit_code == 0, done.output
-    rows = {r["scheme"] + r.get("variant", ""): r for r in json.loads(done.output)}
+    rows = {r["scheme"] + r["variant"]: r for r in json.loads(done.output)}
     advisory = rows["postgresql?mode=advisory"]
     assert advisory["grade"] == "single-node"
     assert set(advisory["capabilities"]) == {"notify", "cross_process", "cross_host", "no_lease"}
