@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from .errors import LockLost, LockNotOwned
 from .hold import Hold, inherited_message, lost_message
 from .keys import namespaced
+from .observe import Labels
 
 if TYPE_CHECKING:
     from .backends.base import Backend
@@ -56,6 +57,7 @@ class Handle:
         fair: bool,
         on_lost: Iterable[OnLost],
         owner: str | None,
+        labels: Labels,
     ) -> None:
         self.kit = kit
         self.key = key
@@ -67,6 +69,7 @@ class Handle:
         self.fair = fair
         self.on_lost: list[OnLost] = list(on_lost)
         self._given_owner = owner
+        self.labels = labels  # the attributes of its metrics (lockkit_core.observe)
         # Reentrant: this thread's [hold, depth], in a thread-local so that it dies with its
         # thread and a later thread reusing the ident starts empty; and the handle's asyncio
         # acquisition's. Non-reentrant: the hold of the current acquisition, whichever thread

@@ -116,13 +116,17 @@ class Grant:
 class Lease:
     """What the admin layer shows about one held lock. ``key`` is the stored (namespaced) key;
     ``owner_hint`` is :func:`owner_hint` of the owner token, enough to tell holders apart but
-    useless for releasing."""
+    useless for releasing. ``started``: when the current holder got it, in seconds since the
+    epoch, by the store's clock where it has one (None where a record made before the store
+    kept it); ``waiters``: how many wait for it, where the store can count them cheaply."""
 
     key: str
     owner_hint: str
     token: int | None
     ttl_remaining: float | None
     holder: str | None = None
+    started: float | None = None
+    waiters: int | None = None
 
 
 class Waiter(ABC):
@@ -197,6 +201,19 @@ class Backend(ABC):
     def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
         self.url = url
         self.options = self.parse_options(url, options)
+
+    @classmethod
+    def variant(cls, url: LockURL, options: Mapping[str, Any]) -> type[Backend]:
+        """The class that serves ``url`` with ``options``: a store whose options pick another
+        kind of lock with capabilities of its own (``postgresql://?mode=advisory``) returns
+        that class; the rest return their own."""
+        return cls
+
+    @classmethod
+    def variants(cls) -> dict[str, type[Backend]]:
+        """The other classes :meth:`variant` may pick, by the URL query that picks them
+        (shown by ``lockkit backends``)."""
+        return {}
 
     def check_seconds(self, *names: str) -> None:
         """ConfigError for any of the options ``names`` given as anything but a positive number
@@ -322,7 +339,8 @@ class Backend(ABC):
         event loop; :class:`NotSupported` on a store that has none."""
         raise NotSupported(
             f"the {self.url.scheme}:// backend has no asyncio API yet (aacquire, async with); "
-            "use memory://, file:// or redis://, or the blocking API outside the event loop"
+            "use memory://, file://, redis://, zookeeper://, etcd://, postgresql:// or "
+            "sqlite://, or the blocking API outside the event loop"
         )
 
     def queue_first(self) -> bool:

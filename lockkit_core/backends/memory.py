@@ -43,6 +43,7 @@ class _Entry:
 
     owner: str | None = None
     expires: float = 0.0
+    started: float = 0.0  #: when the owner got it (time.time(), for the admin views)
     token: int = 0
     #: bumped whenever the key may have become free to a waiter (release, force-release,
     #: the head of the queue leaving); a waiter that saw another value must not sleep
@@ -295,6 +296,7 @@ class MemoryBackend(Backend):
                 entry.queue.popleft()
             store.fence += 1
             entry.owner = owner
+            entry.started = time.time()
             entry.expires = now + ttl
             entry.token = store.fence
             return Grant(True, entry.token)
@@ -355,7 +357,13 @@ class MemoryBackend(Backend):
     def _lease(self, key: str, entry: _Entry, now: float) -> Lease:
         assert entry.owner is not None
         return Lease(
-            key, owner_hint(entry.owner), entry.token, _left(entry.expires, now), "this process"
+            key,
+            owner_hint(entry.owner),
+            entry.token,
+            _left(entry.expires, now),
+            "this process",
+            started=entry.started,
+            waiters=entry.waiters,
         )
 
     def list(self, prefix: str) -> list[Lease]:

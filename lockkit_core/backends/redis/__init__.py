@@ -12,8 +12,9 @@ gets one call per lock instead.
 ``<key>`` without a namespace) every key lives in the hash slot of the tag ``{<full>}``, so a
 Redis Cluster serves each script on one node and no data moves when a deployment grows into one:
 
-- ``lockkit:{<full>}``: the lease, a string ``<id>|<token>|<holder>`` whose PX is the lease;
-  ``<holder>`` is ``<hostname> pid <pid>``, for the admin views.
+- ``lockkit:{<full>}``: the lease, a string ``<id>|<token>|<started>|<holder>`` whose PX is
+  the lease; ``<started>`` (server ms of the grant) and ``<holder>`` (``<hostname> pid
+  <pid>``) are for the admin views.
 - ``lockkit:{<full>}:f``: the key's last fencing token, kept one day after its last grant (a
   free key costs nothing after that).
 - ``lockkit:{<full>}:q``: the wait queue, a sorted set of owner ids scored by arrival number

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -113,8 +114,10 @@ class RedisBackend(Backend):
         self._script = self.new_script(4)
         self._script_on_record = self.new_script(1)
         #: the connections a fair waiter blocks on for its grant (RedisWaiter.await_grant);
-        #: none on a cluster, whose client has no one pool: its fair waiters wait by notice
-        self.grant_connections = None if self.sharded else connections_for(self.client)
+        #: None on a cluster, whose client has no one pool (its fair waiters take notices)
+        self.grant_connections = (
+            None if self.sharded else connections_for(self.client, give_back=self._shared_pool)
+        )
         # ... and batches (begin_run, end_run), by their number of keys
         self._batches: dict[int, Script] = {}
         self._one_slot = self.sharded  # cluster mode: no script over several locks' slots
@@ -411,12 +414,19 @@ class RedisBackend(Backend):
         text = as_text(value)
         owner, _, rest = text.partition("|")
         token_text, _, holder = rest.partition("|")
+        started = None
+        # "<ms>|<holder>" since the record keeps its start; a record written before holds
+        # "<holder>" alone, which never is all digits ("<host> pid <pid>").
+        started_ms, bar, after = holder.partition("|")
+        if bar and started_ms.isdigit():
+            started, holder = int(started_ms) / 1000.0, after
         return Lease(
             key=stored_key,
             owner_hint=owner[:8],  # an owner id starts with its hint
             token=int(token_text) if token_text.isdigit() else None,
             ttl_remaining=pttl / 1000.0 if pttl >= 0 else None,
             holder=holder or None,
+            started=started,
         )
 
     def _leases(self, lock_keys: list[str]) -> list[Lease]:
@@ -425,14 +435,16 @@ class RedisBackend(Backend):
             for lock_key in lock_keys:
                 pipe.get(lock_key)
                 pipe.pttl(lock_key)
+                pipe.zcard(lock_key + ":q")  # the waiters queued on it
             return pipe.execute()
 
         replies = self._call("read locks", fetch, retry=True)
         leases = []
         for i, lock_key in enumerate(lock_keys):
-            lease = self._parse(lock_key[len(PREFIX) : -1], replies[2 * i], replies[2 * i + 1])
+            value, pttl, waiters = replies[3 * i : 3 * i + 3]
+            lease = self._parse(lock_key[len(PREFIX) : -1], value, pttl)
             if lease is not None:
-                leases.append(lease)
+                leases.append(dataclasses.replace(lease, waiters=int(waiters)))
         return leases
 
     def list(self, prefix: str) -> list[Lease]:

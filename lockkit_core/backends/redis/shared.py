@@ -52,7 +52,7 @@ class RedisPlaces:
         ms = max(1, int(ttl * 1000))
         holder = backend._holder + str(os.getpid())
         waiter = self.queued.get((key, owner))
-        channel = backend._listener.channel if waiter is not None else ""
+        channel = backend._listener.channel_for(key) if waiter is not None else ""
         args = [*place_keys(key, mode), "acquire", owner_id(owner), mode, limit, ms, holder,
                 channel, backend._floor]  # fmt: skip
         sent = time.monotonic()

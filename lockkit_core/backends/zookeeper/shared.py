@@ -189,7 +189,8 @@ class SharedPlaces:
                 continue  # a waiter ahead of us: bound to its session only
             if left <= 0:
                 # its holder stopped renewing: remove it, unless it renewed meanwhile
-                self._backend.tree.delete(f"{parent}/{blocker}", stat.version)
+                backend = self._backend
+                backend.session.run(backend.tree.delete(f"{parent}/{blocker}", stat.version))
                 return None
             soonest = left if soonest is None else min(soonest, left)
         retry_after = None if soonest is None else soonest / 1000.0
@@ -269,6 +270,7 @@ class SharedPlaces:
                     token=int(stat.czxid),
                     ttl_remaining=None if left is None else left / 1000.0,
                     holder=f"{kind}: {data.describe(0)}",
+                    started=data.since or None,
                 )
             )
         return leases

@@ -3,7 +3,8 @@
 -- while each call still declares every key it touches (Redis Cluster requires that).
 --
 -- The keys of one lock, all in the hash slot of "{<namespace>:<key>}":
---   L  KEYS[1]  "lockkit:{<ns:key>}"    "<id>|<token>|<holder>", the lease as its PX
+--   L  KEYS[1]  "lockkit:{<ns:key>}"    "<id>|<token>|<started>|<holder>", the lease as its PX;
+--                 <started>: server ms of the grant, from the TIME the token already read
 --   F  KEYS[2]  "lockkit:{<ns:key>}:f"  the key's last fencing token; lives FENCE_MS past a grant
 --   Q  KEYS[3]  "lockkit:{<ns:key>}:q"  zset of waiter ids, scored by arrival number (a counter)
 --   E  KEYS[4]  "lockkit:{<ns:key>}:e"  hash: waiter id ->
@@ -106,6 +107,11 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- A grant's start for the admin views; next_token read the clock already (no command more).
+local function started()
+  return string.format('%.0f', now_ms())
+end
+
 -- max(last token + 1, server time in us, floor + 1): the counter alone keeps tokens rising while
 -- it exists; the clock carries them over a lost counter (restart without persistence, expiry)
 -- unless the clock stepped back further than the time since the last grant; the floor carries
@@ -181,7 +187,7 @@ local function hand_over(F, Q, E, floor, me)
     drop(Q, E, head)
     if expires and tonumber(expires) > now_ms() then
       local token = next_token(F, floor)
-      redis.call('set', L, head .. '|' .. token .. '|' .. holder, 'px', lease)
+      redis.call('set', L, head .. '|' .. token .. '|' .. started() .. '|' .. holder, 'px', lease)
       if head == me then return head, token end
       if notify(channel, head .. '|' .. token) > 0 then
         if fair then
@@ -315,7 +321,7 @@ local function operate(op, K, A)
       end
     end
     local token = next_token(F, floor)
-    redis.call('set', L, id .. '|' .. token .. '|' .. holder, 'px', lease)
+    redis.call('set', L, id .. '|' .. token .. '|' .. started() .. '|' .. holder, 'px', lease)
     return {1, token}
   end
 
