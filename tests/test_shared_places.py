@@ -244,7 +244,7 @@ def _run_workers(
                 "0.02",
                 str(log),
                 str(together),
-            ]  # fmt: skip
+            ]
         )
         for place in places
     ]
