@@ -264,6 +264,8 @@ def test_backends_json() -> None:
         "no_lease",
     ]
     assert data["redis"]["grade"] == "single-node"
+    assert "shared" in data["redis"]["capabilities"]
+    assert "shared" not in data["etcd"]["capabilities"]
     assert data["zookeeper"]["grade"] == "consensus"
     assert "hand_off" not in data["zookeeper"]["capabilities"]
     assert {"cross_process", "cross_host"} <= set(data["redis"]["capabilities"])

@@ -228,10 +228,23 @@ def _overlaps(log: Path) -> tuple[int, int, int]:
     return most, most_writers, shared_writer
 
 
-def _run_workers(url: str, namespace: str, places: list[str], log: Path) -> None:
+def _run_workers(
+    url: str, namespace: str, places: list[str], log: Path, rounds: int = 6, together: int = 0
+) -> None:
     procs = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), url, namespace, "key", place, "6", "0.02", str(log)]
+            [
+                sys.executable,
+                str(WORKER),
+                url,
+                namespace,
+                "key",
+                place,
+                str(rounds),
+                "0.02",
+                str(log),
+                str(together),
+            ]
         )
         for place in places
     ]
@@ -252,11 +265,15 @@ def test_never_more_than_limit_holders_across_processes(
 def test_readers_together_and_a_writer_alone_across_processes(
     shared_url: str, namespace: str, tmp_path: Path
 ) -> None:
+    together = tmp_path / "readers.log"
+    # each reader holds on until all three are in (at most 10 s): shared, they all are at once
+    _run_workers(shared_url, namespace, ["read"] * 3, together, rounds=1, together=3)
+    assert _overlaps(together)[0] == 3, "three reader processes never held the lock together"
     log = tmp_path / "rw.log"
     _run_workers(shared_url, namespace, ["read", "read", "write", "write"], log)
-    most, writers, shared_writer = _overlaps(log)
+    _, writers, shared_writer = _overlaps(log)
+    assert log.read_text().count("+write") == 12
     assert writers == 1 and shared_writer == 0, "a writer held the lock beside someone"
-    assert most >= 2, "readers never held the lock together"
 
 
 @pytest.mark.parametrize("place", ["slot:1", "write"])

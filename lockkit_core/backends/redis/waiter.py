@@ -116,7 +116,12 @@ class RedisWaiter(Waiter):
         packed = _BLPOP.pack((stored_key(self.key) + ":g:" + self.id, f"{seconds:.3f}"))
         connections = backend.grant_connections
         assert connections is not None  # checked by wait()
-        reply = backend._call(f"wait for {self.key!r}", lambda: connections.call(packed))
+        # The reply comes a round trip after the server's timeout: past ``timeout`` the
+        # connection is dropped and the caller keeps its time. A grant it carried is then
+        # passed on by the caller's next attempt (its own lock: kept) or its leave.
+        reply = backend._call(
+            f"wait for {self.key!r}", lambda: connections.call(packed, within=timeout)
+        )
         if reply is None:
             return None
         return Grant(True, backend.saw_token(int(reply[1])), since=sent)

@@ -125,8 +125,12 @@ class Connections:
         except self._dropped:
             return True
 
-    def call(self, packed: bytes) -> Any:
-        """Send ``packed`` and return its parsed reply; raises redis-py's exceptions."""
+    def call(self, packed: bytes, within: float | None = None) -> Any:
+        """Send ``packed`` and return its parsed reply; raises redis-py's exceptions.
+
+        ``within``: seconds to wait for the reply to start arriving (a blocking command on a
+        slow link must not keep its caller past its own timeout); if none has, the connection
+        is dropped (the reply can never be read as another command's) and None returned."""
         if self._pid != os.getpid():
             # The parent's sockets: using one would interleave two processes' replies.
             self._idle = []
@@ -144,6 +148,9 @@ class Connections:
                 # address it had, a master that may be gone).
                 conn.connect()
             conn.send_packed_command((packed,))
+            if within is not None and not _readable(conn, within):
+                conn.disconnect()
+                return None
             return conn.read_response()
         except self._response_error:
             raise  # the whole error reply was read: the connection is in step
@@ -157,6 +164,17 @@ class Connections:
                 self._pool.release(conn)
             else:
                 self._idle.append(conn)
+
+
+def _readable(conn: Any, seconds: float) -> bool:
+    """Whether a reply starts arriving on ``conn`` within ``seconds`` (a TLS socket, whose
+    records hide the data from poll, is taken as readable: its read waits instead)."""
+    sock = getattr(conn, "_sock", None)
+    if sock is None or not _POLL or isinstance(sock, ssl.SSLSocket):
+        return True
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(max(0.0, seconds) * 1000.0))
 
 
 # By client, not by pool: the value holds the pool (and its sockets), and a weak key must not
