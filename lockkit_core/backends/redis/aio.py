@@ -1,11 +1,11 @@
 """``redis://`` on an event loop: the lock operations over ``redis.asyncio``.
 
 The same Lua script, the same arguments and the same reading of its answers as the blocking
-operations (:class:`~.backend.RedisBackend` builds both), sent by a ``redis.asyncio`` client
-of the running loop; driver errors become lockkit's errors through the backend's one
-translation (:meth:`~.backend.RedisBackend.failure`). Hand-over notices reach asyncio
-waiters through the backend's one listener thread (:class:`AsyncRedisWaiter`), which wakes
-their loop; never a thread per waiter.
+operations (:class:`~.backend.RedisBackend` builds both), sent on ``redis.asyncio``
+connections of the running loop held by :mod:`.aio_wire`; driver errors become lockkit's
+errors through the backend's one translation (:meth:`~.backend.RedisBackend.failure`).
+Hand-over notices reach asyncio waiters through the backend's one listener thread
+(:class:`AsyncRedisWaiter`), which wakes their loop; never a thread per waiter.
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ from ...errors import BackendError, BackendUnavailable
 from ...sansio import arun
 from ..aio import AsyncOps, AsyncWaiter
 from ..base import Grant
+from .aio_wire import AsyncConnections
+from .scripts import SCRIPT_LOAD
 from .waiter import READY_WITHIN, Confirm, RedisWaiter
+from .wire import Packer
 
 if TYPE_CHECKING:
     from .backend import RedisBackend
@@ -49,26 +52,31 @@ class RedisOps(AsyncOps):
         self._errors = (RedisError, TimeoutError)
         self._noscript = NoScriptError
         options = dict(backend.client_options)
-        # Many tasks share the loop's connections: one waits (on the loop) for a free one,
-        # within the socket timeout, rather than failing with "too many connections".
-        pool = redis.asyncio.BlockingConnectionPool.from_url(
+        limit = options.pop("max_connections", MAX_CONNECTIONS)
+        # Only a maker of connections (TLS, AUTH, SELECT: redis-py's); they are held and lent
+        # by :class:`AsyncConnections`, where many tasks share the loop's connections: one
+        # waits (on the loop) for a free one, within the socket timeout, rather than fail.
+        pool = redis.asyncio.ConnectionPool.from_url(
             backend.client_url,
-            max_connections=options.pop("max_connections", MAX_CONNECTIONS),
-            timeout=options.get("socket_timeout", 5.0),
             # No driver retries: they would stretch the caller's timeout (see RedisBackend).
             retry=Retry(NoBackoff(), 0),
             **options,
         )
-        self.client = redis.asyncio.Redis(connection_pool=pool)
-        self._source = backend._script.source
-        self._sha = backend._script.sha
+        self._connections = AsyncConnections(
+            pool.make_connection, limit, options.get("socket_timeout", 5.0)
+        )
+        script = backend._script
+        self._source = script.source
+        self._packers = {n: Packer(("EVALSHA", script.sha, n)) for n in (1, 4)}
 
     async def _script(self, numkeys: int, args: list[Any]) -> Any:
+        packed = self._packers[numkeys].pack(args)
+        call = self._connections.call
         try:
-            return await self.client.evalsha(self._sha, numkeys, *args)
+            return await call(packed)
         except self._noscript:
-            await self.client.script_load(self._source)  # the same digest: it is the source's
-            return await self.client.evalsha(self._sha, numkeys, *args)
+            await call(SCRIPT_LOAD.pack((self._source,)))  # the same digest: the source's
+            return await call(packed)
 
     async def _call(self, what: str, request: Callable[[], Awaitable[T]], retry: bool) -> T:
         for attempt in (0, 1):
