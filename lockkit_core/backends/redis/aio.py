@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError, BackendUnavailable
 from ...sansio import arun
@@ -29,8 +28,6 @@ if TYPE_CHECKING:
     from .backend import RedisBackend
 
 __all__ = ["RedisOps"]
-
-T = TypeVar("T")
 
 #: how long (seconds, plus two ttls) an attempt that failed in an outage is given back for
 #: (the blocking path's ABANDONED_FOR)
@@ -69,21 +66,22 @@ class RedisOps(AsyncOps):
         self._source = script.source
         self._packers = {n: Packer(("EVALSHA", script.sha, n)) for n in (1, 4)}
 
-    async def _script(self, numkeys: int, args: list[Any]) -> Any:
+    async def _script(self, what: str, key: str, numkeys: int, args: list[Any], retry: bool) -> Any:
+        """Run the script with ``args``; driver errors become the backend's (``what`` the
+        key is for names the operation: formatted only then). ``retry``: once, at once, on
+        a dropped connection (idempotent operations only)."""
         packed = self._packers[numkeys].pack(args)
         call = self._connections.call
-        try:
-            return await call(packed)
-        except self._noscript:
-            await call(SCRIPT_LOAD.pack((self._source,)))  # the same digest: the source's
-            return await call(packed)
-
-    async def _call(self, what: str, request: Callable[[], Awaitable[T]], retry: bool) -> T:
         for attempt in (0, 1):
             try:
-                return await request()
+                try:
+                    return await call(packed)
+                except self._noscript:
+                    await call(SCRIPT_LOAD.pack((self._source,)))  # the same digest
+                    return await call(packed)
             except self._errors as exc:
-                error = self._backend.failure(what, exc, may_retry=retry and attempt == 0)
+                may_retry = retry and attempt == 0
+                error = self._backend.failure(f"{what} {key!r}", exc, may_retry=may_retry)
                 if error is None:
                     continue
                 raise error from exc
@@ -94,7 +92,7 @@ class RedisOps(AsyncOps):
         args = backend.acquire_args(key, owner, ttl)
         sent = time.monotonic()
         try:
-            reply = await self._call(f"acquire {key!r}", lambda: self._script(4, args), True)
+            reply = await self._script("acquire", key, 4, args, True)
         except BackendUnavailable:
             # As the blocking path: the request may still land when the link heals.
             backend.leaver.give_back(key, owner, time.monotonic() + ABANDONED_FOR + 2 * ttl)
@@ -103,16 +101,15 @@ class RedisOps(AsyncOps):
 
     async def release(self, key: str, owner: str) -> bool:
         args = self._backend.release_args(key, owner)
-        return bool(await self._call(f"release {key!r}", lambda: self._script(4, args), False))
+        return bool(await self._script("release", key, 4, args, False))
 
     async def extend(self, key: str, owner: str, ttl: float) -> bool:
         args = self._backend.on_record_args("extend", key, owner, ttl)
-        return bool(await self._call(f"extend {key!r}", lambda: self._script(1, args), True))
+        return bool(await self._script("extend", key, 1, args, True))
 
     async def adopt(self, key: str, owner: str, ttl: float) -> Grant:
         args = self._backend.on_record_args("adopt", key, owner, ttl)
-        reply = await self._call(f"adopt {key!r}", lambda: self._script(1, args), True)
-        return self._backend.adopt_answer(reply)
+        return self._backend.adopt_answer(await self._script("adopt", key, 1, args, True))
 
     async def waiter(self, key: str, owner: str, fair: bool) -> AsyncWaiter:
         waiter = AsyncRedisWaiter(self, key, owner, fair)
@@ -123,7 +120,7 @@ class RedisOps(AsyncOps):
         """Leave the queue and give back any lease ``owner`` holds: an attempt cancelled on
         its way may have queued it, or taken the key."""
         args = self._backend.leave_args(key, owner)
-        await self._call(f"leave the queue of {key!r}", lambda: self._script(4, args), True)
+        await self._script("leave the queue of", key, 4, args, True)
 
 
 class LoopEvent:

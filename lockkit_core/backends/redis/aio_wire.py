@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import socket
 import weakref
 from collections import deque
@@ -23,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = ["INCOMPLETE", "AsyncConnections", "parse_reply"]
+
+_POLL = hasattr(select, "poll")  # not on Windows
 
 #: a reply not complete yet (distinct from a nil reply, None)
 INCOMPLETE: Any = object()
@@ -86,19 +89,23 @@ class _Held:
     before that.
     """
 
-    __slots__ = ("__weakref__", "conn", "peek", "reader", "writer")
+    __slots__ = ("__weakref__", "conn", "peek", "poller", "reader", "writer")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self.reader: asyncio.StreamReader = conn._reader
         self.writer: asyncio.StreamWriter = conn._writer
         self.peek: socket.socket | None = None
+        self.poller: select.poll | None = None
         if self.writer.get_extra_info("ssl_object") is None:
             sock = self.writer.get_extra_info("socket")
             if sock is not None:
                 self.peek = sock.dup()
                 self.peek.setblocking(False)
                 weakref.finalize(self, self.peek.close)
+                if _POLL:
+                    self.poller = select.poll()
+                    self.poller.register(self.peek, select.POLLIN)
 
     def stale(self) -> bool:
         """Closed by the server while idle (its timeout, a restart, a proxy), or out of step:
@@ -106,15 +113,7 @@ class _Held:
         idle means one or the other (the loop may not have run since it arrived)."""
         if self.reader.at_eof() or self.writer.is_closing():
             return True
-        if self.peek is None:
-            return False
-        try:
-            self.peek.recv(1, socket.MSG_PEEK)
-        except (BlockingIOError, InterruptedError):
-            return False
-        except OSError:
-            pass
-        return True
+        return self.poller is not None and bool(self.poller.poll(0))
 
     def arrived(self) -> bytes:
         """What the server sent so far, without waiting (b"": nothing yet)."""
