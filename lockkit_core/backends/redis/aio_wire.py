@@ -23,59 +23,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["INCOMPLETE", "AsyncConnections", "parse_reply"]
+from .resp import INCOMPLETE, parse_reply
+
+__all__ = ["AsyncConnections"]
 
 _POLL = hasattr(select, "poll")  # not on Windows
-
-#: a reply not complete yet (distinct from a nil reply, None)
-INCOMPLETE: Any = object()
-
-ErrorParser = Callable[[str], Exception]
-
-
-def parse_reply(buf: bytes, pos: int, error: ErrorParser) -> tuple[Any, int]:
-    """One RESP2 reply from ``buf`` at ``pos``, and the position after it; ``INCOMPLETE``
-    (and ``pos``) if it has not all arrived. Bulk strings stay bytes, as redis-py gives them
-    without ``decode_responses``; an error reply is the exception ``error`` makes of its
-    message (redis-py's own classes), returned, not raised."""
-    end = buf.find(b"\r\n", pos)
-    if end < 0:
-        return INCOMPLETE, pos
-    kind, line, after = buf[pos], buf[pos + 1 : end], end + 2
-    if kind == 42:  # '*'
-        return _array(buf, pos, int(line), after, error)
-    if kind == 36:  # '$'
-        size = int(line)
-        if size < 0:
-            return None, after
-        if len(buf) < after + size + 2:
-            return INCOMPLETE, pos
-        return buf[after : after + size], after + size + 2
-    return _simple(kind, line, error), after
-
-
-def _array(buf: bytes, pos: int, count: int, after: int, error: ErrorParser) -> tuple[Any, int]:
-    if count < 0:
-        return None, after
-    items = []
-    for _ in range(count):
-        item, after = parse_reply(buf, after, error)
-        if item is INCOMPLETE:
-            return INCOMPLETE, pos
-        items.append(item)
-    return items, after
-
-
-def _simple(kind: int, line: bytes, error: ErrorParser) -> Any:
-    if kind == 58:  # ':'
-        return int(line)
-    if kind == 43:  # '+'
-        return line
-    if kind == 45:  # '-'
-        return error(line.decode("utf-8", "replace"))
-    from redis.exceptions import InvalidResponse
-
-    raise InvalidResponse(f"lockkit: unexpected reply type {chr(kind)!r}")
 
 
 class _Held:
