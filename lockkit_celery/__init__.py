@@ -50,6 +50,7 @@ Skipped duplicates are logged (logger ``lockkit.celery``), counted
 from lockkit_core.dedupe import TaskKey, canonical_json
 
 from .beat import BeatLock
+from .doctor import doctor_app
 from .errors import TaskLocked
 from .settings import kit_for
 from .signals import duplicate_counts, task_duplicate
@@ -65,6 +66,7 @@ __all__ = [
     "canonical_json",
     "check_app",
     "clear_stale_locks",
+    "doctor_app",
     "duplicate_counts",
     "kit_for",
     "locked_task",

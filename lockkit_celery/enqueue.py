@@ -39,7 +39,7 @@ def delay_of(options: Mapping[str, Any]) -> float:
         return max(0.0, float(countdown))
     eta = options.get("eta")
     if isinstance(eta, datetime.datetime):
-        now = datetime.datetime.now(eta.tzinfo or datetime.UTC)
+        now = datetime.datetime.now(eta.tzinfo or datetime.timezone.utc)
         if eta.tzinfo is None:
             now = now.replace(tzinfo=None)
         return max(0.0, (eta - now).total_seconds())

@@ -54,6 +54,7 @@ APP_SETTINGS: Final = (
     "lockkit_namespace",
     "lockkit_options",
     "lockkit_clear_stale_on_start",
+    "lockkit_doctor",
     *(f"lockkit_{name}" for name in DEFAULTS),
 )
 

@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 from celery import Celery, Task, shared_task
 from celery.exceptions import Ignore, Reject, Retry
 from celery.result import AsyncResult
 
 from lockkit_core import ConfigError
-from lockkit_core.config import UNSET
+from lockkit_core.config import UNSET, Seconds
 from lockkit_core.dedupe import DEFAULTS, RunGuard, TaskKey, check_names, check_option
 
 from .enqueue import HEADER, delay_of, enqueue
 from .settings import records_for, resolve
+from .typed import TypedTask
 from .worker import begin, finish
 
 __all__ = ["LockedTask", "locked_task"]
 
 _GUARD = "lockkit_guard"
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: keywords ``@app.task`` takes that are not ``Task`` attributes
 _DECORATOR_WORDS = frozenset({
@@ -186,16 +190,52 @@ def _merge(headers: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
     return {**headers, HEADER: {**headers.get(HEADER, {}), **record}}
 
 
+# What type checkers see: the task keeps the decorated function's signature (TypedTask).
+@overload
+def locked_task(fun: Callable[P, R], /) -> TypedTask[P, R]: ...
+@overload
+def locked_task(
+    *,
+    key: str | Callable[..., str] | None = None,
+    unique_on: Iterable[str] | str | None = None,
+    ttl: Seconds = UNSET,
+    on_duplicate: Any = UNSET,
+    enqueue_lock: Any = UNSET,
+    once: Any = UNSET,
+    wait: Seconds = UNSET,
+    enqueue_ttl: Seconds = UNSET,
+    remember: Any = UNSET,
+    enabled: Any = UNSET,
+    app: Celery | None = None,
+    bind: Literal[True],
+    **task_options: Any,
+) -> Callable[[Callable[Concatenate[Any, P], R]], TypedTask[P, R]]: ...
+@overload
+def locked_task(
+    *,
+    key: str | Callable[..., str] | None = None,
+    unique_on: Iterable[str] | str | None = None,
+    ttl: Seconds = UNSET,
+    on_duplicate: Any = UNSET,
+    enqueue_lock: Any = UNSET,
+    once: Any = UNSET,
+    wait: Seconds = UNSET,
+    enqueue_ttl: Seconds = UNSET,
+    remember: Any = UNSET,
+    enabled: Any = UNSET,
+    app: Celery | None = None,
+    **task_options: Any,
+) -> Callable[[Callable[P, R]], TypedTask[P, R]]: ...
 def locked_task(
     *args: Any,
     key: str | Callable[..., str] | None = None,
     unique_on: Iterable[str] | str | None = None,
-    ttl: Any = UNSET,
+    ttl: Seconds = UNSET,
     on_duplicate: Any = UNSET,
     enqueue_lock: Any = UNSET,
     once: Any = UNSET,
-    wait: Any = UNSET,
-    enqueue_ttl: Any = UNSET,
+    wait: Seconds = UNSET,
+    enqueue_ttl: Seconds = UNSET,
     remember: Any = UNSET,
     enabled: Any = UNSET,
     app: Celery | None = None,

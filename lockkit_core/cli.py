@@ -21,6 +21,7 @@ from .admin import LockInfo
 from .backends.base import capability_names
 from .backends.sql.schema import LeaseTable
 from .config import UNSET, default_url
+from .doctor.command import doctor_command
 from .errors import LockKitError
 from .kit import LockKit
 from .registry import backend_class, create_backend, known_schemes
@@ -364,6 +365,9 @@ def demo_command(ctx: click.Context, workers: int, orders: int, latency: float) 
         )
     if not ok:
         ctx.exit(1)
+
+
+cli.add_command(doctor_command)
 
 
 def main() -> None:

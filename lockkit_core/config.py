@@ -15,12 +15,13 @@ configuration on two different stores.
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from .errors import ConfigError
 from .lease import MIN_TTL
@@ -31,6 +32,7 @@ __all__ = [
     "DEFAULT_TTL",
     "UNSET",
     "LockKitConfig",
+    "Seconds",
     "check_lock_ttl",
     "check_seconds",
     "check_timeout",
@@ -40,15 +42,13 @@ __all__ = [
 ]
 
 
-class _Unset:
-    """Sentinel for "not given", so that ``None`` and ``0`` stay meaningful values."""
+class _Unset(enum.Enum):
+    """Sentinel for "not given", so that ``None`` and ``0`` stay meaningful values.
 
-    _instance: _Unset | None = None
+    A one-member enum, so that type checkers narrow ``x is UNSET`` (PEP 484's sentinel idiom).
+    """
 
-    def __new__(cls) -> _Unset:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+    UNSET = "UNSET"
 
     def __repr__(self) -> str:
         return "UNSET"
@@ -57,7 +57,13 @@ class _Unset:
         return False
 
 
-UNSET: Final = _Unset()
+UNSET: Final = _Unset.UNSET
+
+#: The type of a ``ttl``, ``timeout`` or ``wait`` argument: seconds (``int`` is accepted as a
+#: ``float``), ``None`` (no lease / wait forever, as the argument documents), or left out
+#: (:data:`UNSET`, the setting's value). Values are still checked at run time: a bad one is a
+#: :class:`ConfigError` where it is passed.
+Seconds: TypeAlias = "float | _Unset | None"
 
 DEFAULT_TTL: Final = 30.0
 

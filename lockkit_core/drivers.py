@@ -17,6 +17,7 @@ from .acquire import ATTEMPT, REGISTER, Acquired, Step, Wait, plan
 from .backends.aio import AsyncOps, AsyncWaiter
 from .backends.base import Backend, Grant, Waiter
 from .errors import BackendError, BackendUnavailable
+from .py310 import cancelling
 from .sansio import arun, run
 
 __all__ = ["aacquire", "acquire", "agive_back", "give_back"]
@@ -143,7 +144,7 @@ def _cancel_swallowed() -> bool:
     turns it into a connection error and retries (a redis.asyncio request cancelled on its
     way), or catches it. Going on would take the lock for a caller that has left."""
     task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
+    return task is not None and cancelling(task) > 0
 
 
 async def _abandon(ops: AsyncOps, full_key: str, owner: str) -> None:

@@ -11,7 +11,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 from .admin import Admin
 from .backends.base import Backend, Capability
-from .config import UNSET, LockKitConfig, check_lock_ttl, check_timeout
+from .config import UNSET, LockKitConfig, Seconds, check_lock_ttl, check_timeout
 from .errors import ConfigError, NotSupported
 from .hold_table import Holds
 from .keys import KeyTemplate, check_key
@@ -49,9 +49,9 @@ class LockKit:
         url: Any = UNSET,
         *,
         namespace: Any = UNSET,
-        ttl: Any = UNSET,
+        ttl: Seconds = UNSET,
         auto_renew: Any = UNSET,
-        timeout: Any = UNSET,
+        timeout: Seconds = UNSET,
         options: Any = UNSET,
         config: LockKitConfig | None = None,
     ) -> None:
@@ -71,8 +71,11 @@ class LockKit:
             if value is not UNSET
         }
         self.config = base.replace(**changes) if changes else base
+        self._start(create_backend(self.config.url, self.config.options))
+
+    def _start(self, backend: Backend) -> None:
         self.namespace = self.config.namespace
-        self.backend: Backend = create_backend(self.config.url, self.config.options)
+        self.backend: Backend = backend
         #: the holds this kit's handles may re-enter: the one interface between the kit and
         #: its ``Lock`` handles, which use only it, ``backend`` and ``namespace``
         self.holds = Holds(self.backend)
@@ -87,6 +90,43 @@ class LockKit:
     def from_config(cls, mapping: Mapping[str, Any] | None = None, **overrides: Any) -> LockKit:
         """Build from a settings mapping (``URL``, ``NAMESPACE``, ``TTL``, ...)."""
         return cls(config=LockKitConfig.from_mapping(mapping, **overrides))
+
+    @classmethod
+    def from_redis(
+        cls,
+        client: Any,
+        *,
+        namespace: Any = UNSET,
+        ttl: Any = UNSET,
+        auto_renew: Any = UNSET,
+        timeout: Any = UNSET,
+    ) -> LockKit:
+        """Locks on a ``redis.Redis`` the app already built (a Django cache's connection, a
+        ``Sentinel.master_for(...)`` client, a ``RedisCluster``): lock operations use its
+        pool, giving each connection back after the call, so they count once against its
+        ``max_connections``; the release listener and asyncio clients get pools of their own
+        with the same connection settings. ``close()`` leaves the app's client open."""
+        from .backends.redis import RedisBackend
+
+        backend = RedisBackend.from_client(client)
+        changes = {
+            name: value
+            for name, value in (
+                ("namespace", namespace),
+                ("ttl", ttl),
+                ("auto_renew", auto_renew),
+                ("timeout", timeout),
+            )
+            if value is not UNSET
+        }
+        kit = cls.__new__(cls)
+        try:
+            kit.config = LockKitConfig(url=backend.url.raw).replace(**changes)
+        except BaseException:
+            backend.close()
+            raise
+        kit._start(backend)
+        return kit
 
     def __repr__(self) -> str:
         return f"<LockKit {self.backend.describe()} namespace={self.namespace!r}>"
@@ -107,8 +147,8 @@ class LockKit:
         self,
         key: str,
         *,
-        ttl: Any = UNSET,
-        timeout: Any = UNSET,
+        ttl: Seconds = UNSET,
+        timeout: Seconds = UNSET,
         auto_renew: Any = UNSET,
         reentrant: bool = True,
         fair: bool = False,
@@ -134,8 +174,8 @@ class LockKit:
 
     def _lock_options(
         self,
-        ttl: Any,
-        timeout: Any,
+        ttl: Seconds,
+        timeout: Seconds,
         auto_renew: Any,
         fair: bool,
         on_lost: OnLost | Iterable[OnLost] | None,
@@ -186,7 +226,7 @@ class LockKit:
         self._require_shared("rwlock")
         return RWLock(self, key)
 
-    def semaphore(self, key: str, limit: int, *, timeout: Any = UNSET) -> Semaphore:
+    def semaphore(self, key: str, limit: int, *, timeout: Seconds = UNSET) -> Semaphore:
         """One of ``limit`` places on ``key``: ``with kit.semaphore(key, limit=3): ...``."""
         self._require_shared("semaphore")
         return Semaphore(self, key, limit, timeout)
@@ -202,8 +242,8 @@ class LockKit:
         self,
         key: str | Callable[..., str],
         *,
-        ttl: Any = UNSET,
-        timeout: Any = UNSET,
+        ttl: Seconds = UNSET,
+        timeout: Seconds = UNSET,
         auto_renew: Any = UNSET,
         reentrant: bool = True,
         fair: bool = False,

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 from . import drivers, lease
 from .acquire import dead_on_arrival_error
 from .backends.base import Capability, Grant, owner_hint
-from .config import UNSET, check_timeout, check_ttl
+from .config import UNSET, Seconds, check_timeout, check_ttl
 from .errors import ConfigError, LockLost, LockNotOwned, LockTimeout, NotSupported
 from .handle import Handle, OnLost
 from .hold import Hold, inherited_message, lost_message
+from .py310 import add_note
 from .watchdog import watch
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def release_leaving(release: Callable[[], None], exc: BaseException | None) -> N
     except LockNotOwned as lost:
         if exc is None:
             raise
-        exc.add_note(f"lockkit: {lost}")
+        add_note(exc, f"lockkit: {lost}")
 
 
 class Lock(Handle):
@@ -110,7 +111,7 @@ class Lock(Handle):
 
     # -- acquire / release -------------------------------------------------------------------
 
-    def acquire(self, blocking: bool = True, timeout: Any = UNSET) -> bool:
+    def acquire(self, blocking: bool = True, timeout: Seconds = UNSET) -> bool:
         """Take the lock; False if someone else held it (``blocking=False``: after one attempt).
 
         ``timeout`` defaults to the handle's; ``None`` or ``-1`` waits forever, ``0`` not at
@@ -152,7 +153,7 @@ class Lock(Handle):
         self._took(hold)
         return True
 
-    async def aacquire(self, blocking: bool = True, timeout: Any = UNSET) -> bool:
+    async def aacquire(self, blocking: bool = True, timeout: Seconds = UNSET) -> bool:
         """:meth:`acquire` for a coroutine: the same rules, and it never blocks the event loop.
 
         Cancelled while it waits, it leaves nothing on the store (no queue entry, no lease).
@@ -189,11 +190,11 @@ class Lock(Handle):
         self._took(hold)
         return True
 
-    def _timeout(self, blocking: bool, timeout: Any) -> float | None:
+    def _timeout(self, blocking: bool, timeout: Seconds) -> float | None:
         timeout = self.timeout if timeout is UNSET else check_timeout(timeout)
         if not blocking and timeout not in (None, 0):
             raise ConfigError("acquire(blocking=False) takes no timeout")
-        return timeout  # type: ignore[no-any-return]
+        return timeout
 
     def _adopted(self, grant: Grant, sent: float, task: asyncio.Task[Any] | None = None) -> Hold:
         """The hold of an adoption the store answered with ``grant`` (asked at ``sent``)."""
@@ -417,4 +418,4 @@ class Lock(Handle):
         except LockNotOwned as lost:
             if exc is None:
                 raise
-            exc.add_note(f"lockkit: {lost}")
+            add_note(exc, f"lockkit: {lost}")

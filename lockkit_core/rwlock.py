@@ -7,10 +7,10 @@ comes after a waiting writer waits behind it, so writers are not starved. Needs 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .backends.base import Lease
-from .config import UNSET
+from .config import UNSET, Seconds
 from .keys import check_key, namespaced
 from .shared import SharedLock
 
@@ -28,11 +28,11 @@ class RWLock:
         self.kit = kit
         self.key = key
 
-    def read(self, timeout: Any = UNSET) -> SharedLock:
+    def read(self, timeout: Seconds = UNSET) -> SharedLock:
         """A shared place: held alongside other readers, never beside a writer."""
         return SharedLock(self.kit, self.key, "read", 0, timeout)
 
-    def write(self, timeout: Any = UNSET) -> SharedLock:
+    def write(self, timeout: Seconds = UNSET) -> SharedLock:
         """The exclusive place: no reader and no other writer while it is held."""
         return SharedLock(self.kit, self.key, "write", 1, timeout)
 

@@ -7,13 +7,14 @@ same ``limit``. Needs a backend with ``Capability.SHARED`` (``zookeeper://``); e
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .backends.base import Lease
 from .errors import ConfigError
 from .shared import SharedLock
 
 if TYPE_CHECKING:
+    from .config import Seconds
     from .kit import LockKit
 
 __all__ = ["Semaphore"]
@@ -22,7 +23,7 @@ __all__ = ["Semaphore"]
 class Semaphore(SharedLock):
     """One place among ``limit`` on a key; a context manager like ``kit.lock()``."""
 
-    def __init__(self, kit: LockKit, key: str, limit: int, timeout: Any) -> None:
+    def __init__(self, kit: LockKit, key: str, limit: int, timeout: Seconds) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ConfigError(
                 f"semaphore limit must be a whole number of at least 1, got {limit!r}"

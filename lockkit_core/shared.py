@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .config import UNSET, check_timeout
+from .config import UNSET, Seconds, check_timeout
 from .errors import ConfigError, LockLost, LockNotOwned, LockTimeout
 from .keys import check_key, namespaced
 from .lock import new_owner_token, release_leaving
@@ -26,7 +26,7 @@ class SharedLock:
     """A place of ``mode`` (``"read"``, ``"write"`` or ``"slot"``) on ``key``; a context
     manager that raises :class:`LockTimeout` when ``timeout`` passes first."""
 
-    def __init__(self, kit: LockKit, key: str, mode: str, limit: int, timeout: Any) -> None:
+    def __init__(self, kit: LockKit, key: str, mode: str, limit: int, timeout: Seconds) -> None:
         check_key(key)
         self.kit = kit
         self.key = key
@@ -42,7 +42,7 @@ class SharedLock:
         state = "held" if self._owner is not None else "free"
         return f"<{type(self).__name__} {self.full_key!r} {self.mode} {state}>"
 
-    def acquire(self, blocking: bool = True, timeout: Any = UNSET) -> bool:
+    def acquire(self, blocking: bool = True, timeout: Seconds = UNSET) -> bool:
         """Take a place; False if none came free within ``timeout`` (``blocking=False``: at
         once). A handle holds at most one place at a time."""
         wait = self.timeout if timeout is UNSET else check_timeout(timeout)

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 from .config import LockKitConfig
 from .url import parse_url
 
-__all__ = ["unshared_store_warnings"]
+__all__ = ["outside_lockkit", "unshared_store_warnings"]
+
+_PACKAGE = str(Path(__file__).resolve().parent) + os.sep  # lockkit_core/
+
+
+def outside_lockkit() -> int:
+    """The ``stacklevel`` of the nearest caller outside lockkit_core (for warnings.warn
+    called by our caller): a warning names the line that built the kit, not ours."""
+    level, frame = 2, sys._getframe(2)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def unshared_store_warnings(config: LockKitConfig, *, url_given: bool, setting: str) -> list[str]:

@@ -8,6 +8,8 @@ lockkit.E003   a malformed setting, option or middleware rule
 lockkit.E004   (``--deploy``) the lock store cannot be reached
 lockkit.E005   a locked view's key names a URL argument its route does not capture
 lockkit.E006   ``ttl=None`` (no lease) on a store that needs a lease
+lockkit.E007   (``--deploy``) ``lockkit doctor`` finds the store unsafe for locks (an
+               evicting Redis, a replica, a transaction pooler, ...)
 lockkit.W001   ``memory://``: each process has its own locks
 lockkit.W002   a lock ttl shorter than the server's request timeout, without renewal
 lockkit.W003   the default ``file://`` temp directory with ``DEBUG=False``
@@ -15,6 +17,8 @@ lockkit.W004   ``IDEMPOTENCY`` keeps responses in a per-process or dummy cache
 lockkit.W005   ``IdempotencyMiddleware`` comes before the authentication middleware
 lockkit.W006   ``IDEMPOTENCY`` without ``SCOPE``: callers with no user, session or
                ``Authorization`` header are not kept or replayed
+lockkit.W007   (``--deploy``) ``lockkit doctor`` warns about the store (persistence,
+               replicas, clock, round trip, session timeout, ...)
 =============  ===============================================================
 """
 
@@ -37,7 +41,7 @@ from .conf import AdapterSettings, lockkit_state, parse_settings
 
 __all__ = ["check_deploy", "check_settings", "check_view_keys"]
 
-_DOCS = "see the 'Django' section of lockkit's README"
+_DOCS = "see lockkit's Django guide (docs/guides/django.md)"
 _URL = "LOCKKIT['URL']"
 
 
@@ -214,7 +218,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 
 @register(Tags.compatibility, deploy=True)
 def check_deploy(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """``check --deploy``: the lock store answers."""
+    """``check --deploy``: the lock store answers, and ``lockkit doctor`` finds its settings
+    safe for locks (E007 when unsafe, W007 for its warnings)."""
     if any(message.is_serious() for message in check_settings()):
         return []  # the settings checks already report what is wrong
     try:
@@ -229,7 +234,30 @@ def check_deploy(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
         ]
     except LockKitError:
         return []
-    return []
+    return _doctor_messages()
+
+
+def _doctor_messages() -> list[CheckMessage]:
+    """E007/W007: what ``lockkit doctor`` finds wrong in the store's settings."""
+    from lockkit_core.doctor import Level, diagnose
+
+    config = lockkit_state().settings.config
+    try:
+        report = diagnose(config.url, config.options, ttl=config.ttl)
+    except LockKitError:
+        return []  # the settings checks report a bad URL or option
+    messages: list[CheckMessage] = []
+    for finding in report.findings:
+        if finding.level is Level.OK:
+            continue
+        where = f" ({finding.where})" if finding.where else ""
+        text = f"lockkit doctor, {finding.check}{where}: {finding.message}"
+        hint = finding.fix or None
+        if finding.level is Level.UNSAFE:
+            messages.append(Error(text, hint=hint, id="lockkit.E007"))
+        else:
+            messages.append(Warning(text, hint=hint, id="lockkit.W007"))
+    return messages
 
 
 def _view_rules(callback: Any) -> list[tuple[str, RequestRule]]:

@@ -31,7 +31,7 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponseBase
 
 from lockkit_core import ConfigError, Lock
-from lockkit_core.config import UNSET
+from lockkit_core.config import UNSET, Seconds
 from lockkit_core.guard import (
     GuardContext,
     KeyFunc,
@@ -151,8 +151,8 @@ def _rule(key: str | KeyFunc, **options: Any) -> RequestRule:
 def lock_view(
     key: str | KeyFunc,
     *,
-    wait: Any = UNSET,
-    ttl: Any = UNSET,
+    wait: Seconds = UNSET,
+    ttl: Seconds = UNSET,
     methods: Iterable[str] | None = None,
     fail_open: bool = False,
     on_busy: OnBusy | None = None,
@@ -208,8 +208,8 @@ class LockViewMixin:
     """
 
     lock_key: ClassVar[str | KeyFunc | None] = None
-    lock_wait: ClassVar[Any] = UNSET
-    lock_ttl: ClassVar[Any] = UNSET
+    lock_wait: ClassVar[Seconds] = UNSET
+    lock_ttl: ClassVar[Seconds] = UNSET
     lock_methods: ClassVar[Iterable[str] | None] = None
     lock_fail_open: ClassVar[bool] = False
     lock_on_busy: ClassVar[OnBusy | None] = None

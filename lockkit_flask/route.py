@@ -23,7 +23,7 @@ from flask.sansio.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 
 from lockkit_core import Lock
-from lockkit_core.config import UNSET
+from lockkit_core.config import UNSET, Seconds
 from lockkit_core.guard import GuardContext, Outcome, Problem, RequestRule, Scope
 from lockkit_core.guard.run import Hooks, Values, arun, begin, run
 
@@ -117,8 +117,8 @@ def _guard(rule: RequestRule, view: Callable[..., Any]) -> Callable[..., Any]:
 def lock_route(
     key: str | Callable[[], str],
     *,
-    wait: Any = UNSET,
-    ttl: Any = UNSET,
+    wait: Seconds = UNSET,
+    ttl: Seconds = UNSET,
     methods: Iterable[str] | None = None,
     on_busy: OnBusy | None = None,
     scope: Scope = "global",
@@ -170,8 +170,8 @@ def lock_blueprint(
     blueprint: Blueprint,
     key: str | Callable[[], str],
     *,
-    wait: Any = UNSET,
-    ttl: Any = UNSET,
+    wait: Seconds = UNSET,
+    ttl: Seconds = UNSET,
     methods: Iterable[str] | None = None,
     on_busy: OnBusy | None = None,
     scope: Scope = "global",

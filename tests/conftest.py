@@ -19,8 +19,11 @@ pytest_plugins = [
     "async_support",
     "djtasks_fixtures",
     "etcd_fixtures",
+    "fault_results",
     "mariadb_fixtures",
     "postgres_fixtures",
+    "redlock_fixtures",
+    "redis_deploy_fixtures",
     "web_fixtures",
     "zookeeper_fixtures",
 ]

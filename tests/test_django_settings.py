@@ -160,4 +160,5 @@ def test_e004_deploy_store_unreachable(redis_server: RedisServer) -> None:
         assert ids() == []  # unreachable is only checked with --deploy
         assert ids(deploy=True) == ["lockkit.E004"]
     with override_settings(LOCKKIT={"URL": redis_server.url, "OPTIONS": options}):
-        assert ids(deploy=True) == []
+        # reachable; the doctor only warns (W007: the test server persists nothing)
+        assert set(ids(deploy=True)) <= {"lockkit.W007"}

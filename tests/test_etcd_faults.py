@@ -79,12 +79,14 @@ def _settled_leases(server: EtcdServer, expected: set[int], within: float = 1.0)
 # -- holder processes ------------------------------------------------------------------------
 
 
+@pytest.mark.fault("holder-killed", "freed")
 def test_sigkilled_holder_frees_the_key_within_its_ttl(
     own_server: EtcdServer, direct: LockKit, namespace: str
 ) -> None:
     check_sigkilled_holder_frees_the_key_within_its_ttl(own_server.url + FAST, direct, namespace)
 
 
+@pytest.mark.fault("holder-paused", "lost-and-told")
 def test_sigstopped_holder_loses_the_lock_and_finds_out_on_resume(
     own_server: EtcdServer, direct: LockKit, namespace: str
 ) -> None:
@@ -93,6 +95,7 @@ def test_sigstopped_holder_loses_the_lock_and_finds_out_on_resume(
     )
 
 
+@pytest.mark.fault("holder-cut-off", "lost-and-told")
 def test_lease_expiry_while_held_gives_lock_lost(own_server: EtcdServer, namespace: str) -> None:
     """The holder is cut off from etcd (a black-holed link) until its lease has expired on
     the server too: it is told before anyone else could take over, and the record is gone."""
@@ -125,6 +128,7 @@ def test_lease_expiry_while_held_gives_lock_lost(own_server: EtcdServer, namespa
             far.close()
 
 
+@pytest.mark.fault("holder-cut-off", "lost-and-told")
 def test_revoked_lease_under_a_holder_gives_lock_lost(
     own_server: EtcdServer, direct: LockKit
 ) -> None:
@@ -166,6 +170,7 @@ def test_failed_attempts_and_timeouts_leave_no_leases(
 # -- the server restarts, stops, hangs -------------------------------------------------------
 
 
+@pytest.mark.fault("server-restart", "held")
 def test_server_restart_while_held_keeps_the_lock_and_the_tokens_rising(
     own_server: EtcdServer, namespace: str
 ) -> None:
@@ -192,6 +197,7 @@ def test_server_restart_while_held_keeps_the_lock_and_the_tokens_rising(
         other.close()
 
 
+@pytest.mark.fault("server-stopped", "refused")
 def test_stopped_server_raises_backend_unavailable_quickly(namespace: str) -> None:
     with EtcdServer() as server:
         kit = LockKit(server.url + FAST, namespace=namespace, ttl=5)
@@ -217,6 +223,7 @@ def test_stopped_server_raises_backend_unavailable_quickly(namespace: str) -> No
             kit.close()
 
 
+@pytest.mark.fault("server-hung", "refused")
 def test_black_holed_link_raises_within_timeout_plus_socket_timeout(
     own_server: EtcdServer, direct: LockKit, namespace: str
 ) -> None:
@@ -261,6 +268,7 @@ def test_black_holed_link_raises_within_timeout_plus_socket_timeout(
             far.close()
 
 
+@pytest.mark.fault("abandoned-attempt", "freed")
 @pytest.mark.parametrize("far_calls", [True, False], ids=["next-call", "idle"])
 def test_an_attempt_abandoned_in_an_outage_does_not_hold_the_key_after_it(
     own_server: EtcdServer, direct: LockKit, namespace: str, far_calls: bool

@@ -75,12 +75,14 @@ class _Lost:
         self.calls += 1
 
 
+@pytest.mark.fault("holder-killed", "freed")
 def test_sigkilled_holder_frees_the_key_within_its_ttl(
     own_server: MariaDBServer, direct: LockKit, namespace: str
 ) -> None:
     check_sigkilled_holder_frees_the_key_within_its_ttl(_url(own_server), direct, namespace)
 
 
+@pytest.mark.fault("holder-paused", "lost-and-told")
 def test_sigstopped_holder_loses_the_lock_and_finds_out_on_resume(
     own_server: MariaDBServer, direct: LockKit, namespace: str
 ) -> None:
@@ -89,6 +91,7 @@ def test_sigstopped_holder_loses_the_lock_and_finds_out_on_resume(
     )
 
 
+@pytest.mark.fault("session-ended", "held")
 def test_killed_connections_neither_lose_nor_leak_the_lock(
     own_server: MariaDBServer, direct: LockKit, namespace: str
 ) -> None:
@@ -118,6 +121,7 @@ def test_killed_connections_neither_lose_nor_leak_the_lock(
         kit.close()
 
 
+@pytest.mark.fault("server-restart", "held")
 def test_server_restart_while_held_keeps_the_lock_and_the_tokens_rising(
     own_server: MariaDBServer, namespace: str
 ) -> None:
@@ -147,6 +151,7 @@ def test_server_restart_while_held_keeps_the_lock_and_the_tokens_rising(
         kit.close()
 
 
+@pytest.mark.fault("server-stopped", "refused")
 def test_stopped_server_raises_backend_unavailable_quickly(
     own_server: MariaDBServer, namespace: str
 ) -> None:
@@ -188,6 +193,7 @@ def test_bad_urls_are_config_errors(url: str, says: str) -> None:
         LockKit(url)
 
 
+@pytest.mark.fault("server-hung", "refused")
 def test_black_holed_link_raises_and_abandoned_attempts_are_given_back(
     own_server: MariaDBServer, direct: LockKit, namespace: str
 ) -> None:

@@ -72,12 +72,14 @@ class _Lost:
 # -- holder processes ------------------------------------------------------------------------
 
 
+@pytest.mark.fault("holder-killed", "freed")
 def test_sigkilled_holder_frees_the_key_within_its_ttl(
     own_server: PostgresServer, direct: LockKit, namespace: str
 ) -> None:
     check_sigkilled_holder_frees_the_key_within_its_ttl(_url(own_server), direct, namespace)
 
 
+@pytest.mark.fault("holder-paused", "lost-and-told")
 def test_sigstopped_holder_loses_the_lock_and_finds_out_on_resume(
     own_server: PostgresServer, direct: LockKit, namespace: str
 ) -> None:
@@ -89,6 +91,7 @@ def test_sigstopped_holder_loses_the_lock_and_finds_out_on_resume(
 # -- sessions ended under a holder and a waiter ----------------------------------------------
 
 
+@pytest.mark.fault("session-ended", "held")
 def test_terminated_sessions_neither_lose_nor_leak_the_lock(
     own_server: PostgresServer, direct: LockKit, namespace: str
 ) -> None:
@@ -119,6 +122,7 @@ def test_terminated_sessions_neither_lose_nor_leak_the_lock(
         kit.close()
 
 
+@pytest.mark.fault("session-ended", "held")
 def test_a_waiter_whose_session_is_ended_still_gets_the_lock_on_release(
     own_server: PostgresServer, direct: LockKit, namespace: str
 ) -> None:
@@ -151,6 +155,7 @@ def test_a_waiter_whose_session_is_ended_still_gets_the_lock_on_release(
 # -- the server restarts and stops -----------------------------------------------------------
 
 
+@pytest.mark.fault("server-restart", "held")
 def test_server_restart_while_held_keeps_the_lock_and_the_tokens_rising(
     own_server: PostgresServer, namespace: str
 ) -> None:
@@ -182,6 +187,7 @@ def test_server_restart_while_held_keeps_the_lock_and_the_tokens_rising(
         kit.close()
 
 
+@pytest.mark.fault("server-stopped", "refused")
 def test_stopped_server_raises_backend_unavailable_quickly(namespace: str) -> None:
     server = PostgresServer()
     try:
@@ -207,6 +213,7 @@ def test_stopped_server_raises_backend_unavailable_quickly(namespace: str) -> No
         server.close()
 
 
+@pytest.mark.fault("server-hung", "refused")
 def test_black_holed_link_raises_within_timeout_plus_socket_timeout(
     own_server: PostgresServer, direct: LockKit, namespace: str
 ) -> None:

@@ -71,12 +71,14 @@ class _Lost:
 # -- holder processes ------------------------------------------------------------------------
 
 
+@pytest.mark.fault("holder-killed", "freed")
 def test_sigkilled_holder_frees_the_key_within_its_ttl(
     redis_server: RedisServer, direct: LockKit, namespace: str
 ) -> None:
     check_sigkilled_holder_frees_the_key_within_its_ttl(redis_server.url + FAST, direct, namespace)
 
 
+@pytest.mark.fault("holder-paused", "lost-and-told")
 def test_sigstopped_holder_loses_the_lock_and_finds_out_on_resume(
     redis_server: RedisServer, direct: LockKit, namespace: str
 ) -> None:
@@ -88,6 +90,7 @@ def test_sigstopped_holder_loses_the_lock_and_finds_out_on_resume(
 # -- the server restarts, stops, hangs ---------------------------------------------------------
 
 
+@pytest.mark.fault("server-restart", "lost-and-told")
 def test_restarted_server_means_lost_lock_then_service_resumes(
     own_server: RedisServer, namespace: str
 ) -> None:
@@ -121,6 +124,7 @@ def test_restarted_server_means_lost_lock_then_service_resumes(
         kit.close()
 
 
+@pytest.mark.fault("server-stopped", "refused")
 def test_stopped_server_raises_backend_unavailable_quickly(
     own_server: RedisServer, namespace: str
 ) -> None:
@@ -153,6 +157,7 @@ def test_stopped_server_raises_backend_unavailable_quickly(
         kit.close()
 
 
+@pytest.mark.fault("server-hung", "refused")
 def test_hung_server_raises_backend_unavailable_within_the_socket_timeout(
     own_server: RedisServer, namespace: str
 ) -> None:
@@ -185,6 +190,7 @@ def test_hung_server_raises_backend_unavailable_within_the_socket_timeout(
 # -- through the proxy -----------------------------------------------------------------------
 
 
+@pytest.mark.fault("holder-cut-off", "lost-and-told")
 def test_partitioned_holder_knows_it_lost_before_anyone_else_takes_over(
     proxy: TcpProxy, direct: LockKit, namespace: str
 ) -> None:
@@ -241,6 +247,7 @@ def test_partitioned_holder_knows_it_lost_before_anyone_else_takes_over(
         far.close()
 
 
+@pytest.mark.fault("reset-while-waiting", "refused")
 @pytest.mark.parametrize("storm", [False, True], ids=["one-reset", "reset-storm"])
 def test_connection_reset_while_waiting_never_hangs_or_lies(
     proxy: TcpProxy, direct: LockKit, namespace: str, storm: bool
@@ -299,6 +306,7 @@ def test_connection_reset_while_waiting_never_hangs_or_lies(
         assert after.owned()
 
 
+@pytest.mark.fault("slow-link", "refused")
 def test_link_slower_than_the_ttl_never_reports_a_grant(
     proxy: TcpProxy, direct: LockKit, namespace: str
 ) -> None:
@@ -338,6 +346,7 @@ def test_link_slower_than_the_ttl_never_reports_a_grant(
         far.close()
 
 
+@pytest.mark.fault("slow-link", "refused")
 def test_timeout_is_honoured_on_a_slow_link(
     proxy: TcpProxy, direct: LockKit, namespace: str
 ) -> None:
@@ -457,6 +466,7 @@ def test_proxy_reset_is_seen_as_an_outage_not_as_busy(proxy: TcpProxy, namespace
         far.close()
 
 
+@pytest.mark.fault("abandoned-attempt", "freed")
 @pytest.mark.parametrize("far_calls", [True, False], ids=["next-call", "idle"])
 def test_an_attempt_abandoned_in_an_outage_does_not_hold_the_key_after_it(
     proxy: TcpProxy, direct: LockKit, namespace: str, far_calls: bool

@@ -46,6 +46,7 @@ def _url(server: ZooKeeperServer, session: float = SESSION, socket_timeout: floa
     return f"{server.url}?session_timeout={session:g}&socket_timeout={socket_timeout:g}"
 
 
+@pytest.mark.fault("holder-killed", "freed")
 def test_a_killed_holder_frees_the_lock_within_its_session_timeout(
     zookeeper_server: ZooKeeperServer, namespace: str
 ) -> None:
@@ -67,6 +68,7 @@ def test_a_killed_holder_frees_the_lock_within_its_session_timeout(
         holder.close()
 
 
+@pytest.mark.fault("holder-paused", "lost-and-told")
 def test_a_paused_holder_loses_to_a_higher_token_and_learns_it(
     zookeeper_server: ZooKeeperServer, namespace: str
 ) -> None:
@@ -93,6 +95,7 @@ def test_a_paused_holder_loses_to_a_higher_token_and_learns_it(
         holder.close()
 
 
+@pytest.mark.fault("server-restart", "held")
 def test_locks_survive_a_server_restart_and_tokens_keep_rising(
     zookeeper_server: ZooKeeperServer, namespace: str
 ) -> None:
@@ -131,6 +134,7 @@ def test_locks_survive_a_server_restart_and_tokens_keep_rising(
             assert again.token is not None and again.token > before
 
 
+@pytest.mark.fault("session-ended", "lost-and-told")
 def test_an_expired_session_tells_its_holders_and_frees_their_keys(
     zookeeper_server: ZooKeeperServer, namespace: str
 ) -> None:
@@ -174,6 +178,7 @@ def test_an_expired_session_tells_its_holders_and_frees_their_keys(
         assert token is not None and token > taken
 
 
+@pytest.mark.fault("lost-reply", "held")
 def test_a_retry_after_a_lost_create_reply_finds_its_node(
     zookeeper_server: ZooKeeperServer, namespace: str
 ) -> None:
@@ -199,6 +204,7 @@ def test_a_retry_after_a_lost_create_reply_finds_its_node(
         assert client.exists(parent) is None, "a free key left its parent behind"
 
 
+@pytest.mark.fault("lost-reply", "freed")
 def test_a_create_whose_reply_times_out_leaves_no_orphan(
     zookeeper_server: ZooKeeperServer, namespace: str
 ) -> None:
@@ -225,6 +231,7 @@ def test_a_create_whose_reply_times_out_leaves_no_orphan(
         assert other.lock("job").acquire(blocking=False) is True
 
 
+@pytest.mark.fault("server-stopped", "refused")
 def test_acquire_on_a_closed_kit_or_a_dead_server_fails_fast(
     zookeeper_server: ZooKeeperServer, namespace: str
 ) -> None:
@@ -242,6 +249,7 @@ def test_acquire_on_a_closed_kit_or_a_dead_server_fails_fast(
         assert time.monotonic() - start < 2.0
 
 
+@pytest.mark.fault("server-hung", "refused")
 def test_a_paused_server_makes_acquire_fail_within_its_socket_timeout(
     zookeeper_server: ZooKeeperServer, namespace: str
 ) -> None:
@@ -259,6 +267,7 @@ def test_a_paused_server_makes_acquire_fail_within_its_socket_timeout(
             zookeeper_server.resume()
 
 
+@pytest.mark.fault("holder-cut-off", "lost-and-told")
 def test_a_holder_cut_off_past_a_third_of_its_session_is_told(
     zookeeper_server: ZooKeeperServer, namespace: str
 ) -> None:

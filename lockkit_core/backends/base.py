@@ -78,14 +78,23 @@ def owner_hint(owner: str) -> str:
     return owner_id(owner)[:8]
 
 
-class Grade(enum.StrEnum):
-    """How far the backend's exclusion can be trusted when machines fail."""
+class Grade(str, enum.Enum):
+    """How far the backend's exclusion can be trusted when machines fail.
+
+    ``str(grade)`` and ``format(grade)`` are its value, as with Python 3.11's ``StrEnum``
+    (not used: lockkit runs on Python 3.10)."""
 
     CONSENSUS = "consensus"
     SINGLE_NODE = "single-node"
     QUORUM = "quorum"
     REPLICATED_ASYNC = "replicated-async"
     PROCESS = "in-process"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 @dataclass(frozen=True)

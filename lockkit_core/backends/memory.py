@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..py310 import wait_at_most
 from ..url import LockURL
 from .aio import AsyncOps, AsyncWaiter, LocalOps
 from .base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_hint
@@ -221,9 +222,7 @@ class _AsyncMemoryWaiter(AsyncWaiter):
                 return None
             # Cleared under the store's lock: a release after this sets it again.
             self._event.clear()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self._event.wait()
+        await wait_at_most(self._event.wait(), timeout)
         return registration.wait(0.0)  # notes the change, without waiting
 
     async def close(self, acquired: bool, *, reachable: bool = True) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Literal
 
 from ..backends.base import Capability
-from ..config import UNSET, check_lock_ttl
+from ..config import UNSET, Seconds, check_lock_ttl
 from ..errors import BackendError, ConfigError
 from ..kit import LockKit
 from ..lock import Lock
@@ -41,8 +41,8 @@ class RequestRule:
         key: str | KeyFunc,
         *,
         sources: Mapping[str, Source],
-        wait: Any = UNSET,
-        ttl: Any = UNSET,
+        wait: Seconds = UNSET,
+        ttl: Seconds = UNSET,
         methods: Iterable[str] | None = None,
         fail_open: bool = False,
         scope: Scope = "global",

@@ -8,9 +8,11 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, TypeVar
 
 __all__ = ["Closing", "spawn_logged", "stop_process"]
+
+_C = TypeVar("_C", bound="Closing")
 
 
 def spawn_logged(
@@ -52,7 +54,7 @@ class Closing:
     def close(self) -> None:
         raise NotImplementedError
 
-    def __enter__(self) -> Self:
+    def __enter__(self: _C) -> _C:
         return self
 
     def __exit__(

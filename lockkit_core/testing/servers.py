@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from .process import Closing, spawn_logged, stop_process
@@ -137,7 +138,8 @@ class RedisServer(Closing):
     ``unix_socket=True`` also listens on ``socket_path`` (``unix_url``); ``cluster=True`` runs a
     one-node Redis Cluster that serves every hash slot (cross-slot commands fail there as on a
     real cluster); ``fake_clock=True`` runs the server with a wall clock that
-    ``step_clock()`` moves while it runs and across restarts.
+    ``step_clock()`` moves while it runs and across restarts. ``extra_args`` go to the server's
+    command line after ours (``redis_tls.TlsRedisServer`` adds its TLS port that way).
     """
 
     def __init__(
@@ -149,6 +151,7 @@ class RedisServer(Closing):
         unix_socket: bool = False,
         cluster: bool = False,
         fake_clock: bool = False,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.executable = executable or find_redis_server()
         self.startup_timeout = startup_timeout
@@ -159,6 +162,8 @@ class RedisServer(Closing):
         self.log_path = self.dir / "redis.log"
         self.socket_path = self.dir / "redis.sock" if unix_socket else None
         self.cluster = cluster
+        #: more ``--name value`` arguments for the server (TLS, ACL users, replication)
+        self.extra_args = list(extra_args)
         self._shifter = build_clock_shifter() if fake_clock else None
         self.clock_offset = 0.0
         if fake_clock:
@@ -245,6 +250,7 @@ class RedisServer(Closing):
             nodes = self.dir / f"nodes-{self.port}.conf"
             nodes.unlink(missing_ok=True)  # a restart without persistence forgets its slots too
             args += ["--cluster-enabled", "yes", "--cluster-config-file", str(nodes)]
+        args += self.extra_args
         env = dict(os.environ)
         if self._shifter is not None:
             env.update(LD_PRELOAD=self._shifter, LOCKKIT_CLOCK_FILE=str(self.clock_file))

@@ -11,7 +11,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from asgiref.sync import sync_to_async
 
 from lockkit_core import ConfigError
-from lockkit_core.config import UNSET
+from lockkit_core.config import UNSET, Seconds
 from lockkit_core.dedupe import TaskKey, TaskOptions, check_option, decide
 
 from ..conf import lockkit_state
@@ -84,12 +84,12 @@ def locked_task(
     *,
     key: str | Callable[..., str] | None = None,
     unique_on: Iterable[str] | str | None = None,
-    ttl: Any = UNSET,
+    ttl: Seconds = UNSET,
     on_duplicate: Any = UNSET,
     once: Any = UNSET,
-    wait: Any = UNSET,
+    wait: Seconds = UNSET,
     enqueue_lock: Any = UNSET,
-    enqueue_ttl: Any = UNSET,
+    enqueue_ttl: Seconds = UNSET,
     remember: Any = UNSET,
     enabled: Any = UNSET,
     **task_options: Any,

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import ssl
-import sys
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError, InsecureTransportWarning
+from ...store_warnings import outside_lockkit
 from ...url import LockURL
 from .client import Endpoint, GatewayClient
 
@@ -21,8 +19,6 @@ __all__ = ["DEFAULT_PORT", "gateway_client", "parse_endpoints"]
 DEFAULT_PORT = 2379
 
 log = logging.getLogger("lockkit.etcd")
-
-_PACKAGE = str(Path(__file__).resolve().parents[2]) + os.sep  # lockkit_core/
 
 
 def parse_endpoints(url: LockURL) -> list[Endpoint]:
@@ -100,14 +96,4 @@ def _warn_clear_password(endpoints: list[Endpoint]) -> None:
         "network path; add ?tls=1 (and ca_file=PATH for a private CA) to send it over TLS"
     )
     log.warning("%s", message)
-    warnings.warn(message, InsecureTransportWarning, stacklevel=_outside_lockkit())
-
-
-def _outside_lockkit() -> int:
-    """The ``stacklevel`` of the nearest caller outside lockkit_core (for warnings.warn
-    called by our caller): a warning names the line that built the kit, not ours."""
-    level, frame = 2, sys._getframe(2)
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
-        frame = frame.f_back
-        level += 1
-    return level
+    warnings.warn(message, InsecureTransportWarning, stacklevel=outside_lockkit())

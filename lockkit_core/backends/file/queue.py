@@ -22,6 +22,7 @@ import time
 from collections.abc import Generator
 from typing import TYPE_CHECKING
 
+from ...py310 import wait_at_most
 from ...sansio import arun, run
 from ..aio import AsyncWaiter
 from ..base import Grant, SleepWaiter, Waiter
@@ -244,10 +245,8 @@ class AsyncFileWaiter(AsyncWaiter):
         fd = bell.sock.fileno()
         loop.add_reader(fd, _settle, ready)
         try:
-            async with asyncio.timeout(seconds):
-                await ready
-        except TimeoutError:
-            return []
+            if not await wait_at_most(ready, seconds):
+                return []
         finally:
             loop.remove_reader(fd)
         return bell.drain()

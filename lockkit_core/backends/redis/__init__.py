@@ -1,5 +1,5 @@
 """``redis://``, ``rediss://`` (TLS) and ``unix:///path/redis.sock``: one Redis server through
-redis-py.
+redis-py; ``redis+sentinel://`` and ``redis+cluster://`` build on it.
 
 Every operation is one round trip: one Lua script (``lua/lock.lua``, loaded once, run by
 EVALSHA with the operation's name as its first argument, reloaded on NOSCRIPT) that compares
@@ -82,10 +82,13 @@ owner that is gone: that thread gives back (``leave``) what such attempts may ha
 a second, for a minute plus two ttls after each (an owner token serves one acquisition), with
 no other call needed.
 
-Limits, for the Cluster work: on a multi-node cluster PUBLISH counts only subscribers on the
-node that runs the script, so notices should move to sharded pub/sub (``SPUBLISH`` on a channel
-in the key's slot); a ``PSUBSCRIBE`` matching ``lockkit:w:*`` counts as a receiver and hides a
-dead waiter until its entry expires.
+On Redis Cluster (``redis+cluster://``, :mod:`.cluster`) the channel is one per key waited on,
+in the key's slot (``lockkit:{<full>}:w:<random>``), and notices go by ``SPUBLISH`` to the node
+serving that slot only; ``redis+sentinel://`` (:mod:`.sentinel`) follows the master the
+sentinels name. How the clients are made (from a URL, or from the app's own client for
+``LockKit.from_redis``) is :mod:`.clients`; TLS option checks are :mod:`.connect`. A
+``PSUBSCRIBE`` matching ``lockkit:w:*`` counts as a receiver and hides a dead waiter until its
+entry expires.
 """
 
 from .backend import RedisBackend

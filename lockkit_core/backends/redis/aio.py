@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError, BackendUnavailable
+from ...py310 import wait_at_most
 from ...sansio import arun
 from ..aio import AsyncOps, AsyncWaiter
 from ..base import Grant
 from .aio_wire import AsyncConnections
+from .clients import ASYNC_MAX_CONNECTIONS
 from .scripts import SCRIPT_LOAD
 from .waiter import READY_WITHIN, Confirm, RedisWaiter
 from .wire import Packer
@@ -32,53 +36,51 @@ __all__ = ["RedisOps"]
 #: how long (seconds, plus two ttls) an attempt that failed in an outage is given back for
 #: (the blocking path's ABANDONED_FOR)
 ABANDONED_FOR = 60.0
-#: connections of one event loop's client unless the ``max_connections`` option says
-MAX_CONNECTIONS = 8
 
 
 class RedisOps(AsyncOps):
     """The lock operations of one :class:`RedisBackend` on one event loop."""
 
     def __init__(self, backend: RedisBackend) -> None:
-        import redis.asyncio
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
         from redis.exceptions import NoScriptError, RedisError
 
         self._backend = backend
         self._errors = (RedisError, TimeoutError)
         self._noscript = NoScriptError
-        options = dict(backend.client_options)
-        limit = options.pop("max_connections", MAX_CONNECTIONS)
-        # Only a maker of connections (TLS, AUTH, SELECT: redis-py's); they are held and lent
-        # by :class:`AsyncConnections`, where many tasks share the loop's connections: one
-        # waits (on the loop) for a free one, within the socket timeout, rather than fail.
-        pool = redis.asyncio.ConnectionPool.from_url(
-            backend.client_url,
-            # No driver retries: they would stretch the caller's timeout (see RedisBackend).
-            retry=Retry(NoBackoff(), 0),
-            **options,
+        self.client = backend.make_async_client()
+        self._source = backend._script.source
+        self._sha = backend._script.sha
+        self._packers = {n: Packer(("EVALSHA", self._sha, n)) for n in (1, 4)}
+        # The client is a maker of connections (TLS, AUTH, SELECT, the Sentinel's master:
+        # redis-py's); they are held and lent by AsyncConnections. A cluster client routes
+        # each command itself, and keeps doing so.
+        pool = getattr(self.client, "connection_pool", None)
+        self._connections = (
+            None
+            if pool is None
+            else AsyncConnections(
+                pool.make_connection,
+                getattr(pool, "max_connections", None) or ASYNC_MAX_CONNECTIONS,
+                backend._socket_timeout,
+            )
         )
-        self._connections = AsyncConnections(
-            pool.make_connection, limit, options.get("socket_timeout", 5.0)
-        )
-        script = backend._script
-        self._source = script.source
-        self._packers = {n: Packer(("EVALSHA", script.sha, n)) for n in (1, 4)}
 
     async def _script(self, what: str, key: str, numkeys: int, args: list[Any], retry: bool) -> Any:
         """Run the script with ``args``; driver errors become the backend's (``what`` the
         key is for names the operation: formatted only then). ``retry``: once, at once, on
         a dropped connection (idempotent operations only)."""
-        packed = self._packers[numkeys].pack(args)
-        call = self._connections.call
+        if self._connections is None:
+            call = self._routed(numkeys, args)
+        else:
+            packed = self._packers[numkeys].pack(args)
+            call = functools.partial(self._connections.call, packed)
         for attempt in (0, 1):
             try:
                 try:
-                    return await call(packed)
+                    return await call()
                 except self._noscript:
-                    await call(SCRIPT_LOAD.pack((self._source,)))  # the same digest
-                    return await call(packed)
+                    await self._load()  # the same digest: the source's
+                    return await call()
             except self._errors as exc:
                 may_retry = retry and attempt == 0
                 error = self._backend.failure(f"{what} {key!r}", exc, may_retry=may_retry)
@@ -86,6 +88,15 @@ class RedisOps(AsyncOps):
                     continue
                 raise error from exc
         raise AssertionError("unreachable")
+
+    def _routed(self, numkeys: int, args: list[Any]) -> Callable[[], Awaitable[Any]]:
+        return lambda: self.client.evalsha(self._sha, numkeys, *args)
+
+    async def _load(self) -> None:
+        if self._connections is None:
+            await self.client.script_load(self._source)
+        else:
+            await self._connections.call(SCRIPT_LOAD.pack((self._source,)))
 
     async def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         backend = self._backend
@@ -136,9 +147,7 @@ class LoopEvent:
 
     async def wait(self, seconds: float) -> None:
         """Wait up to ``seconds`` for :meth:`set`, then clear it."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._event.wait()
+        await wait_at_most(self._event.wait(), seconds)
         self._event.clear()
 
 
@@ -155,7 +164,7 @@ class AsyncRedisWaiter(AsyncWaiter):
         """Give the listener up to READY_WITHIN to subscribe (see RedisWaiter), on the loop."""
         listener = self._waiter._listener
         until = time.monotonic() + READY_WITHIN
-        while not listener.healthy and time.monotonic() < until:
+        while not listener.ready_for(self._waiter.key) and time.monotonic() < until:
             await asyncio.sleep(0.001)
 
     async def wait(self, timeout: float) -> Grant | None:

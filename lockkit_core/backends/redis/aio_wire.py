@@ -20,14 +20,17 @@ import select
 import socket
 import weakref
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from .resp import INCOMPLETE, parse_reply
 
 __all__ = ["AsyncConnections"]
 
 _POLL = hasattr(select, "poll")  # not on Windows
+_TIMEOUT = getattr(asyncio, "timeout", None)  # Python 3.11 on
+
+T = TypeVar("T")
 
 
 class _Held:
@@ -136,10 +139,7 @@ class AsyncConnections:
             reply, _ = parse_reply(buf, 0, parse) if buf else (INCOMPLETE, 0)
             if reply is INCOMPLETE:
                 # Only now is there something to wait for: the timer is armed only here.
-                async with asyncio.timeout(self._timeout):
-                    while reply is INCOMPLETE:
-                        buf += await held.more()
-                        reply, _ = parse_reply(buf, 0, parse)
+                reply = await self._within(self._rest(held, buf))
         except BaseException:
             held.close()
             self._give(None)
@@ -148,6 +148,24 @@ class AsyncConnections:
         if isinstance(reply, Exception):
             raise reply  # an error reply: the connection is in step
         return reply
+
+    async def _rest(self, held: _Held, buf: bytes) -> Any:
+        """The reply whose start is ``buf``, once the rest has come."""
+        while True:
+            buf += await held.more()
+            reply, _ = parse_reply(buf, 0, self._parse_error)
+            if reply is not INCOMPLETE:
+                return reply
+
+    async def _within(self, awaitable: Awaitable[T]) -> T:
+        """``awaitable``'s result; ``TimeoutError`` past the socket timeout."""
+        if _TIMEOUT is None:  # Python 3.10: no asyncio.timeout, its own TimeoutError class
+            try:
+                return await asyncio.wait_for(awaitable, self._timeout)
+            except asyncio.TimeoutError:
+                raise TimeoutError from None
+        async with _TIMEOUT(self._timeout):
+            return await awaitable
 
     async def _connect(self, stale: _Held | None) -> _Held:
         """A new connection in the place of ``stale`` (or in a free place: None), connected
@@ -170,8 +188,7 @@ class AsyncConnections:
         waiter: asyncio.Future[_Held | None] = asyncio.get_running_loop().create_future()
         self._waiting.append(waiter)
         try:
-            async with asyncio.timeout(self._timeout):
-                return await waiter
+            return await self._within(waiter)
         except BaseException as exc:
             if waiter.done() and not waiter.cancelled():
                 self._give(waiter.result())  # handed one just as we gave up: pass it on

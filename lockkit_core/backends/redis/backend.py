@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 import socket
@@ -11,13 +10,16 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from ...errors import BackendError, BackendUnavailable
 from ...url import LockURL
 from ..aio import AsyncOps
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter
 from .aio import RedisOps
+from .clients import Clients, client_url
+from .clients import from_client as clients_from_client
+from .clients import from_url as clients_from_url
+from .connect import check_tls_options, warn_plain_password
 from .leaver import Leaver
 from .listener import Listener, as_text
 from .scripts import PREFIX, Script, owner_id, stored_key, stored_keys
@@ -56,6 +58,8 @@ class RedisBackend(Backend):
         | Capability.HAND_OFF
     )
     grade: ClassVar[Grade] = Grade.SINGLE_NODE
+    #: hand-over notices go over sharded pub/sub, on a channel in the lock's slot (cluster)
+    sharded: ClassVar[bool] = False
     option_types: ClassVar[Mapping[str, type]] = {
         "socket_timeout": float,
         "socket_connect_timeout": float,
@@ -82,67 +86,66 @@ class RedisBackend(Backend):
             found["db"] = db
         return found
 
-    def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
+    def __init__(
+        self, url: LockURL, options: Mapping[str, Any], *, clients: Clients | None = None
+    ) -> None:
+        """``clients``: talk through these (``LockKit.from_redis``) instead of making them
+        from the URL, which then only names the server in messages."""
         super().__init__(url, options)
         import redis as redis_module
         import redis.asyncio  # here, not on an event loop: the import takes milliseconds
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
 
         self._redis = redis_module
-        kwargs: dict[str, Any] = {
-            "socket_timeout": 5.0,
-            "socket_connect_timeout": 5.0,
-            # RESP2 and no CLIENT SETINFO: a new connection (after a restart, or for the
-            # listener) costs one round trip less than four.
-            "protocol": 2,
-        }
-        if "driver_info" in inspect.signature(redis_module.Redis.__init__).parameters:
-            kwargs["driver_info"] = None
-        else:  # redis-py before 7
-            kwargs.update(lib_name=None, lib_version=None)
-        kwargs.update(self.options)
-        # No driver retries: they would stretch the caller's timeout. We retry idempotent
-        # calls once ourselves (see _call).
-        kwargs["retry"] = Retry(NoBackoff(), 0)
-        kwargs["retry_on_error"] = []
-        self._socket_timeout = float(kwargs["socket_timeout"])
-        parts = urlsplit(url.raw)
-        # Options were parsed from the query already. A unix:// URL keeps its "//": without a
-        # host, urlunsplit would write "unix:/path", which redis-py refuses.
-        bare = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
-        if parts.scheme == "unix" and not parts.netloc:
-            bare = "unix://" + parts.path
+        if clients is None:
+            check_tls_options(url, self.options)
+            warn_plain_password(url, self.options)
+            clients = self._clients_from_url(url)
+        self._socket_timeout = clients.socket_timeout
         #: how the asyncio operations (:mod:`.aio`) make their client on each event loop
-        self.client_url = bare
-        self.client_options = {k: v for k, v in kwargs.items() if k != "retry"}
-        try:
-            self.client: redis.Redis = redis_module.Redis.from_url(bare, **kwargs)
-            # The release listener has a pool of its own: taking a warm connection from the
-            # command pool would make the next attempt open (and handshake) a new one.
-            self.listener_client: redis.Redis = redis_module.Redis.from_url(bare, **kwargs)
-        except (ValueError, TypeError) as exc:
-            from ...errors import ConfigError
-
-            raise ConfigError(f"bad redis URL or option for {url.redacted()}: {exc}") from exc
+        self.make_async_client = clients.make_async
+        self.client: redis.Redis = clients.client
+        self.listener_client: redis.Redis = clients.listener
+        self._shared_pool = clients.shared
         # One script, two call shapes: operations on a held lock need only its record.
-        self._script = Script(self.client, "lock", 4)
-        self._script_on_record = Script(self.client, "lock", 1)
+        self._script = self.new_script(4)
+        self._script_on_record = self.new_script(1)
         # ... and batches (begin_run, end_run), by their number of keys
         self._batches: dict[int, Script] = {}
-        self._one_slot = False  # cluster mode: no script over several locks' slots
+        self._one_slot = self.sharded  # cluster mode: no script over several locks' slots
         self._queued: dict[tuple[str, str], RedisWaiter] = {}
         # The highest fencing token this backend has seen on any key: no later grant is
         # lower, even when the server lost its counters and its clock is behind.
         self._floor = 0
         #: '<host> pid <pid>': which process holds a lease (made once; again after a fork)
         self._holder_here = f"{socket.gethostname()} pid {os.getpid()}"
-        self._listener = Listener(self)
+        self._listener = Listener(self, sharded=self.sharded)
         #: leaves queues, and gives back what abandoned attempts may take, for owners gone
         self.leaver = Leaver(self.leave)
         self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RedisOps] = (
             weakref.WeakKeyDictionary()
         )
+
+    def _clients_from_url(self, url: LockURL) -> Clients:
+        """How this backend reaches its server(s); the Sentinel and Cluster backends differ."""
+        return clients_from_url(url, self.options)
+
+    def new_script(self, numkeys: int) -> Script:
+        """The lock script, called with ``numkeys`` keys, on this backend's client."""
+        return Script(self.client, "lock", numkeys, give_back=self._shared_pool)
+
+    @classmethod
+    def from_client(cls, client: Any) -> RedisBackend:
+        """A backend on an app's own ``redis.Redis`` (or Sentinel master client): see
+        :func:`.clients.from_client`."""
+        from ...url import parse_url
+
+        clients = clients_from_client(client)
+        url = parse_url(client_url(client))
+        if url.scheme == "redis+cluster" and not cls.sharded:
+            from .cluster import RedisClusterBackend
+
+            return RedisClusterBackend(url, {}, clients=clients)
+        return cls(url, {}, clients=clients)
 
     # -- error boundary ------------------------------------------------------------------------
 
@@ -217,7 +220,7 @@ class RedisBackend(Backend):
         ms = max(1, int(ttl * 1000))
         holder = self._holder_here
         waiter = self._queued.get((key, owner))
-        channel = self._listener.channel if waiter is not None else ""
+        channel = self._listener.channel_for(key) if waiter is not None else ""
         who = waiter.id if waiter is not None else owner_id(owner)
         fair = "0" if waiter is not None and not waiter.fair else "1"
         keys = stored_keys(stored_key(key))
@@ -354,7 +357,7 @@ class RedisBackend(Backend):
             args += [name, when, len(rest), *rest]
         script = self._batches.get(len(stored))
         if script is None:
-            script = self._batches[len(stored)] = Script(self.client, "lock", len(stored))
+            script = self._batches[len(stored)] = self.new_script(len(stored))
         crossslot = self._redis.exceptions.ClusterCrossSlotError
 
         def run() -> list[Any] | None:
@@ -437,7 +440,7 @@ class RedisBackend(Backend):
     def after_fork_in_child(self) -> None:
         # redis-py's pool notices the new pid and opens fresh connections; the listener
         # and leaver threads did not survive the fork, so start from new ones.
-        self._listener = Listener(self)
+        self._listener = Listener(self, sharded=self.sharded)
         self.leaver = Leaver(self.leave)
         self._holder_here = f"{socket.gethostname()} pid {os.getpid()}"
 
@@ -445,7 +448,8 @@ class RedisBackend(Backend):
         self._listener.close()
         # leaves still to do (waiters that just timed out) land before the connections close
         self.leaver.close(wait=LEAVE_AT_CLOSE)
-        self.client.close()
+        if not self._shared_pool:  # the app's client is the app's to close
+            self.client.close()
         self.listener_client.close()
 
 

@@ -7,7 +7,9 @@ import random
 import secrets
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from .scripts import stored_key
 
 if TYPE_CHECKING:
     from redis.client import PubSub
@@ -29,6 +31,10 @@ ANSWER_WITHIN = 0.5
 MAX_PAUSE = 0.01
 
 
+#: sharded: how long one read waits for a notice before new channels are subscribed
+SHARDED_POLL = 0.005
+
+
 class _Silent(Exception):
     """The server did not answer the listener in time."""
 
@@ -43,13 +49,25 @@ class Listener:
     checks its connection whenever the server has been quiet for ``QUIET`` seconds, so a link
     that died silently costs waiters about a second, not a lease; while it is down, waiters
     poll with short backoff (``RedisWaiter.wait``).
+
+    ``sharded`` (Redis Cluster): a plain PUBLISH would cross the whole cluster bus, so each
+    key waited on gets a channel of its own in the key's hash slot (``channel_for``), which
+    this listener SSUBSCRIBEs on the node serving that slot while a waiter of this process
+    waits on it; the script SPUBLISHes there. No PING checks on that connection (one per
+    node): a half-open link is noticed by the waiters' own attempts, each at the latest when
+    the lease they were told of runs out.
     """
 
-    def __init__(self, backend: RedisBackend, idle: float = 30.0) -> None:
+    def __init__(self, backend: RedisBackend, idle: float = 30.0, *, sharded: bool = False) -> None:
         self._backend = backend
         self._idle = idle
         self._lock = threading.Lock()
-        self.channel = "lockkit:w:" + secrets.token_hex(8)
+        self._sharded = sharded
+        self._token = secrets.token_hex(8)
+        self.channel = "lockkit:w:" + self._token
+        #: sharded: channel -> how many of our waiters wait on it; the ones subscribed to
+        self._wanted: dict[str, int] = {}
+        self._subscribed: set[str] = set()
         self._waiters: dict[str, RedisWaiter] = {}  # by owner id
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()  # subscribed and reading
@@ -59,9 +77,19 @@ class Listener:
     def healthy(self) -> bool:
         return self._ready.is_set()
 
+    def channel_for(self, key: str) -> str:
+        """The channel on which the store tells this process that ``key`` was handed over:
+        one per process, or (``sharded``) one per key in the key's hash slot."""
+        if not self._sharded:
+            return self.channel
+        return stored_key(key) + ":w:" + self._token
+
     def register(self, waiter: RedisWaiter) -> None:
         with self._lock:
             self._waiters[waiter.id] = waiter
+            if self._sharded:
+                channel = self.channel_for(waiter.key)
+                self._wanted[channel] = self._wanted.get(channel, 0) + 1
             self._ensure_running()
 
     def unregister(self, waiter: RedisWaiter) -> None:
@@ -71,6 +99,13 @@ class Listener:
         with self._lock:
             if self._waiters.get(waiter.id) is waiter:
                 del self._waiters[waiter.id]
+                if self._sharded:
+                    channel = self.channel_for(waiter.key)
+                    left = self._wanted.get(channel, 1) - 1
+                    if left > 0:
+                        self._wanted[channel] = left
+                    else:
+                        self._wanted.pop(channel, None)
 
     def _ensure_running(self) -> None:
         if self._thread is None and not self._closed:
@@ -79,8 +114,20 @@ class Listener:
             )
             self._thread.start()
 
-    def wait_ready(self, timeout: float) -> bool:
-        return self._ready.wait(timeout)
+    def ready_for(self, key: str) -> bool:
+        """Whether a notice for a waiter on ``key`` can arrive now."""
+        if not self._sharded:
+            return self._ready.is_set()
+        return self._ready.is_set() and self.channel_for(key) in self._subscribed
+
+    def wait_ready(self, timeout: float, key: str | None = None) -> bool:
+        """Wait up to ``timeout`` until notices can arrive (for ``key``'s channel, sharded)."""
+        if not self._sharded or key is None:
+            return self._ready.wait(timeout)
+        until = time.monotonic() + timeout
+        while not self.ready_for(key) and time.monotonic() < until:
+            time.sleep(0.001)
+        return self.ready_for(key)
 
     def _wake_all(self) -> None:
         with self._lock:
@@ -120,7 +167,76 @@ class Listener:
         with self._lock:
             return not self._waiters
 
+    def _stop_if_idle(self, idle_since: float) -> tuple[float, bool]:
+        """(the new idle-since time, whether the thread should end now)."""
+        now = time.monotonic()
+        if not self._idle_now():
+            return now, False
+        if now - idle_since > self._idle:
+            with self._lock:
+                if not self._waiters:
+                    self._thread = None
+                    return idle_since, True
+        return idle_since, False
+
+    def _run_sharded(self) -> None:
+        """The ``sharded`` loop: keep one SSUBSCRIBE per channel wanted, on its slot's node."""
+        backoff = 0.05
+        idle_since = time.monotonic()
+        pubsub: Any = None
+        try:
+            while not self._closed:
+                try:
+                    if pubsub is None:
+                        pubsub = self._backend.listener_client.pubsub()  # type: ignore[no-untyped-call]
+                        self._ready.set()
+                    with self._lock:
+                        wanted = set(self._wanted)
+                    for channel in wanted - self._subscribed:
+                        # sent before any attempt of its waiter (see wait_ready), so the
+                        # node has it before the script can SPUBLISH there
+                        pubsub.ssubscribe(channel)
+                        self._subscribed.add(channel)
+                    for channel in self._subscribed - wanted:
+                        pubsub.sunsubscribe(channel)
+                        self._subscribed.discard(channel)
+                    if self._subscribed:
+                        # short: a channel wanted meanwhile is subscribed only between reads
+                        message = pubsub.get_sharded_message(timeout=SHARDED_POLL)
+                    else:
+                        message = None
+                        time.sleep(0.01)
+                    backoff = 0.05
+                except Exception as exc:  # any failure: drop the connections, wake, reconnect
+                    if self._closed:
+                        break
+                    self._ready.clear()
+                    self._subscribed.clear()
+                    self._wake_all()
+                    if backoff == 0.05:
+                        log.warning("redis release listener lost a connection: %s", exc)
+                    if pubsub is not None:
+                        _quiet_close(pubsub)
+                        pubsub = None
+                    _refresh_topology(self._backend.listener_client)
+                    time.sleep(backoff * random.uniform(0.5, 1.5))
+                    backoff = min(1.0, backoff * 2)
+                    message = None
+                if message is not None and message.get("type") in ("smessage", b"smessage"):
+                    self._handed(as_text(message["data"]))
+                idle_since, stop = self._stop_if_idle(idle_since)
+                if stop:
+                    return
+        finally:
+            self._ready.clear()
+            self._subscribed.clear()
+            if pubsub is not None:
+                _quiet_close(pubsub)
+
     def _run(self) -> None:
+        if self._sharded:
+            self._run_sharded()
+            return
         backoff = 0.05
         idle_since = heard = time.monotonic()
         asked: float | None = None  # when we asked (SUBSCRIBE or PING) and had no answer yet
@@ -186,7 +302,19 @@ def as_text(value: bytes | str) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
-def _quiet_close(pubsub: PubSub) -> None:
+def _refresh_topology(client: Any) -> None:
+    """Ask a cluster client to learn the slots again (after a failover the dead node's slots
+    have a new master); nothing for other clients."""
+    nodes = getattr(client, "nodes_manager", None)
+    if nodes is None:
+        return
+    try:
+        nodes.initialize()
+    except Exception as exc:  # the cluster may still be electing: the next failure retries
+        log.debug("refreshing the cluster's slots failed: %s", exc)
+
+
+def _quiet_close(pubsub: Any) -> None:
     try:
         pubsub.close()
     except Exception as exc:  # closing a broken connection may fail again; nothing to save

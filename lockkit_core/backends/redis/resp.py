@@ -60,6 +60,8 @@ def _simple(kind: int, line: bytes, error: ErrorParser) -> Any:
         return line
     if kind == 45:  # '-'
         return error(line.decode("utf-8", "replace"))
+    if kind == 95:  # '_': RESP3's null, on a connection that negotiated it
+        return None
     from redis.exceptions import InvalidResponse
 
     raise InvalidResponse(f"lockkit: unexpected reply type {chr(kind)!r}")

@@ -12,13 +12,23 @@ from .wire import Packer, connections_for
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["PREFIX", "SCRIPT_LOAD", "Script", "owner_id", "stored_key", "stored_keys"]
+__all__ = [
+    "PREFIX",
+    "SCRIPT_LOAD",
+    "Script",
+    "owner_id",
+    "script_source",
+    "stored_key",
+    "stored_keys",
+]
 
 PREFIX = "lockkit:{"
 
 
-def _script(name: str) -> str:
-    return resources.files("lockkit_core.backends.redis").joinpath("lua", f"{name}.lua").read_text()
+def script_source(name: str) -> str:
+    """The text of ``lua/<name>.lua``."""
+    lua = resources.files("lockkit_core.backends.redis").joinpath("lua")
+    return lua.joinpath(f"{name}.lua").read_text()
 
 
 def stored_key(full_key: str) -> str:
@@ -41,17 +51,20 @@ class Script:
     Calls take the lock operations' own path (:mod:`.wire`): the command's head is packed
     once, and it goes out on a connection held for these calls, not through redis-py's
     per-command machinery. Failures raise redis-py's exception types all the same.
+    ``give_back``: the client's pool is the app's (see :class:`.wire.Connections`).
     """
 
-    def __init__(self, client: redis.Redis, name: str, numkeys: int) -> None:
+    def __init__(
+        self, client: redis.Redis, name: str, numkeys: int, *, give_back: bool = False
+    ) -> None:
         from redis.exceptions import NoScriptError
 
         self._noscript = NoScriptError
-        self.source = _script(name)
+        self.source = script_source(name)
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()  # noqa: S324 (Redis' id)
         self.numkeys = numkeys
         self._packer = Packer(("EVALSHA", self.sha, numkeys))
-        self._connections = connections_for(client)
+        self._connections = connections_for(client, give_back=give_back)
 
     def __call__(self, *keys_and_args: Any) -> Any:
         packed = self._packer.pack(keys_and_args)

@@ -73,7 +73,12 @@ class RedisWaiter(Waiter):
             # The attempt that follows must come after the subscription, or a hand-over in
             # between would go unnoticed until the holder's lease ran out. Until the listener
             # is subscribed, wait() falls back to short backoff, so this wait stays short.
-            self._listener.wait_ready(READY_WITHIN)
+            self._listener.wait_ready(READY_WITHIN, key)
+
+    def listening(self, timeout: float = 0.0) -> bool:
+        """True once the backend's listener is subscribed (notices can reach this waiter),
+        waiting up to ``timeout`` for it; for a caller that waits on its own ``event``."""
+        return self._listener.wait_ready(timeout)
 
     def wait(self, timeout: float) -> Grant | None:
         return run(self.waiting(timeout), self._step)

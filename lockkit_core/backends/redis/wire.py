@@ -106,21 +106,29 @@ class Connections:
     reads the whole reply (:mod:`.resp`) and gives the connection back. A connection is given
     back only in a known state: after a complete reply (an error reply included), or
     disconnected, so the next call reconnects before sending; one the server closed while it
-    was idle is replaced before sending. Connections inherited over ``fork()`` are never
-    used: the child takes its own. They count toward the pool's ``max_connections``: one per
-    thread that runs lock operations at the same moment.
+    was idle is replaced before sending, and one whose server answered READONLY (a demoted
+    master) is reconnected, so a Sentinel-managed connection finds the new master. Connections
+    inherited over ``fork()`` are never used: the child takes its own. They count toward the
+    pool's ``max_connections``: one per thread that runs lock operations at the same moment.
+
+    ``give_back=True`` (the pool is the app's: ``LockKit.from_redis``) returns each connection
+    to the pool after its call instead, so the app's own commands can use it in between; the
+    reply is then read by redis-py (the app's connection may speak RESP3, or carry pushes).
     """
 
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: ConnectionPool, *, give_back: bool = False) -> None:
         from redis import exceptions
         from redis._parsers import BaseParser
 
         self._connection_error = exceptions.ConnectionError
+        self._response_error = exceptions.ResponseError
+        self._read_only = exceptions.ReadOnlyError
         self._dropped = (exceptions.ConnectionError, exceptions.TimeoutError, OSError)
         self._parse_error = BaseParser.parse_error
         self._pool = pool
         self._idle: list[_Held] = []
         self._pid = os.getpid()
+        self._give_back = give_back
 
     def _checkout(self) -> Any:
         try:
@@ -162,10 +170,23 @@ class Connections:
             if self._stale(held):
                 conn.disconnect()
             if getattr(conn, "_sock", None) is None:
-                conn.connect()  # redis-py's: TLS, AUTH, SELECT, and its errors
-            elif conn.health_check_interval:
-                conn.check_health()
-            reply = self._exchange(conn._sock, packed)
+                # Connect through connect(), as the pool does: a Sentinel-managed connection
+                # asks the sentinels for the master there (sending would connect to the
+                # address it had, a master that may be gone).
+                conn.connect()
+            elif not self._give_back and conn.health_check_interval:
+                conn.check_health()  # (redis-py's send does it on the app's connections)
+            if self._give_back:
+                conn.send_packed_command((packed,))
+                reply = conn.read_response()
+            else:
+                reply = self._exchange(conn._sock, packed)
+                if isinstance(reply, self._read_only):
+                    # A master demoted by a failover: the next call connects afresh (to the
+                    # new master, under Sentinel), as redis-py's Sentinel connection does.
+                    conn.disconnect()
+        except self._response_error:
+            raise  # redis-py read the whole error reply: the connection is in step
         except BaseException as exc:
             # A reply may still be on its way (timeout, interrupt): it must never be read
             # as the answer to the next command.
@@ -174,7 +195,10 @@ class Connections:
                 raise self._connection_error(f"Error while talking to redis: {exc}") from exc
             raise
         finally:
-            self._idle.append(held)
+            if self._give_back:
+                self._pool.release(conn)
+            else:
+                self._idle.append(held)
         if isinstance(reply, Exception):
             raise reply  # an error reply, read whole: the connection is in step
         return reply
@@ -199,10 +223,13 @@ class Connections:
 _BY_CLIENT: WeakKeyDictionary[redis.Redis, Connections] = WeakKeyDictionary()
 
 
-def connections_for(client: redis.Redis) -> Connections:
+def connections_for(client: redis.Redis, *, give_back: bool = False) -> Connections:
     """The held connections of ``client`` (one set per client, shared by its scripts);
-    closed when the client is dropped, or by ``client.close()`` (they are its pool's)."""
+    closed when the client is dropped, or by ``client.close()`` (they are its pool's).
+    ``give_back``: see :class:`Connections` (the first call for a client decides)."""
     found = _BY_CLIENT.get(client)
     if found is None:
-        found = _BY_CLIENT.setdefault(client, Connections(client.connection_pool))
+        found = _BY_CLIENT.setdefault(
+            client, Connections(client.connection_pool, give_back=give_back)
+        )
     return found

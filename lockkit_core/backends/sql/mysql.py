@@ -272,6 +272,11 @@ class MySQLBackend(Backend):
         self._pool.forget_after_fork()
         self._giveback = GiveBack(self.release, self._server_thread_alive)
 
+    def connection(self, what: str) -> Any:
+        """A new autocommit PyMySQL connection with this store's settings, for checks outside
+        the lock operations (``lockkit doctor``); the caller closes it."""
+        return self._pool.connect(what)
+
     def close(self) -> None:
         self._giveback.close()
         self._pool.close()

@@ -273,6 +273,11 @@ SELECT live, pg_notify(%(channel)s, '') FROM gone"""
         self._listeners.forget_after_fork()
         self._giveback = GiveBack(self.release, self._server_process_alive)
 
+    def connection(self, what: str) -> Any:
+        """A new autocommit psycopg connection with this store's settings, for checks outside
+        the lock operations (``lockkit doctor``); the caller closes it."""
+        return self._pool.connect(what)
+
     def close(self) -> None:
         self._giveback.close()
         self._pool.close()

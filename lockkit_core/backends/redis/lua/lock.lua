@@ -119,6 +119,16 @@ local function next_token(F, floor)
   return token
 end
 
+-- Tell a waiting process on its channel; the number of its subscribers that heard. A channel in
+-- the lock's hash slot ('lockkit:{...', Redis Cluster) is a shard channel: SPUBLISH reaches
+-- the node serving the slot only, where PUBLISH would flood every node of the cluster bus.
+local function notify(channel, message)
+  if string.sub(channel, 1, 9) == 'lockkit:{' then
+    return redis.call('spublish', channel, message)
+  end
+  return redis.call('publish', channel, message)
+end
+
 -- A queue entry's fields: expiry ms, lease ms, channel, fair (a boolean), holder. An entry
 -- without the fair=False mark ('~' before the holder) is fair: it is served in order.
 local function parse(entry)
@@ -169,7 +179,7 @@ local function hand_over(F, Q, E, floor, me)
     if expires and tonumber(expires) > now_ms() then
       local token = next_token(F, floor)
       redis.call('set', L, head .. '|' .. token .. '|' .. holder, 'px', lease)
-      if head == me or redis.call('publish', channel, head .. '|' .. token) > 0 then
+      if head == me or notify(channel, head .. '|' .. token) > 0 then
         return head, token
       end
       redis.call('del', L)
@@ -209,7 +219,7 @@ local function free(F, Q, E, floor, record)
     if told == head then
       if last ~= by then redis.call('hset', E, 'l', by) end
       return
-    elseif redis.call('publish', channel, head .. '|@' .. PAUSE_MS) > 0 then
+    elseif notify(channel, head .. '|@' .. PAUSE_MS) > 0 then
       redis.call('hset', E, 'w', head, 'l', by)
       return
     end
