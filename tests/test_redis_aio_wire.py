@@ -181,3 +181,29 @@ def test_a_script_the_server_lost_is_loaded_again(url: str) -> None:
         asyncio.run(main())
     finally:
         kit.close()
+
+
+def test_a_kit_made_from_a_url_holds_its_connections_and_closes_them(url: str) -> None:
+    """The pool of a kit made from a URL is the kit's own (only ``LockKit.from_redis`` shares
+    the app's): its lock operations keep their connections between calls, and ``close()``
+    closes them."""
+    watcher = redis.Redis.from_url(url)
+    name = f"own-{uuid.uuid4().hex[:8]}"
+    kit = LockKit(f"{url}?client_name={name}", namespace=name, ttl=5)
+
+    def ids() -> set[int]:
+        return {int(c["id"]) for c in watcher.client_list() if c["name"] == name}
+
+    with kit.lock("a"):
+        pass
+    first = ids()
+    with kit.lock("a"):
+        pass
+    assert ids() == first  # the same connection, not one checked out of the pool per call
+    kit.close()
+    for _ in range(100):  # the server notices the close a moment later
+        if not ids():
+            break
+        time.sleep(0.01)
+    else:
+        pytest.fail(f"the closed kit's connections are still open: {sorted(ids())}")
