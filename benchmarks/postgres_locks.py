@@ -130,6 +130,24 @@ def uncontended(url: str, settings: Settings) -> list[dict[str, Any]]:
             cycle()
             rows.append(_row(name, micros, trips.count() - before))
     kit.close()
+
+    advisory_kit = LockKit(url + "?mode=advisory")
+    advisory_lock = advisory_kit.lock("bench:a")
+    advisory_lock.acquire()  # its one-time pooler check, before the traced connection is set
+    advisory_lock.release()
+
+    def advisory_handle() -> None:
+        advisory_lock.acquire()
+        advisory_lock.release()
+
+    with traced(advisory_kit.backend) as trips:  # type: ignore[arg-type]
+        micros = _time(advisory_handle, settings.cycles, settings.warmup)
+        before = trips.count()
+        advisory_handle()
+        rows.append(
+            _row("lockkit postgresql://?mode=advisory kit.lock()", micros, trips.count() - before)
+        )
+    advisory_kit.close()
     return report.with_ratio(rows, rows[0]["library"], "p50_us", "vs_advisory")
 
 

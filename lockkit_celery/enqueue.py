@@ -46,8 +46,10 @@ def delay_of(options: Mapping[str, Any]) -> float:
     return 0.0
 
 
-def _answer(task: Any, dup: Duplicate, opts: TaskOptions, callbacks: bool) -> AsyncResult:
-    report_duplicate(task, dup)
+def _answer(
+    task: Any, dup: Duplicate, opts: TaskOptions, callbacks: bool, records: TaskRecords
+) -> AsyncResult:
+    report_duplicate(task, dup, opts.on_duplicate, records.kit.labels)
     if opts.on_duplicate == "raise" or dup.original is None:
         raise dup.error()
     if callbacks:
@@ -79,7 +81,7 @@ def enqueue(
     if isinstance(claim, Duplicate):
         if claim.reason == "enqueued" and opts.on_duplicate == "retry":
             return publish(task_id, {**headers, HEADER: {"key": key}})
-        return _answer(task, claim, opts, callbacks)
+        return _answer(task, claim, opts, callbacks, records)
     if task_id is None:
         task_id = claim.task_id
     try:

@@ -20,6 +20,7 @@ from typing import Any, Final
 from celery.utils.dispatch import Signal
 
 from lockkit_core.dedupe import REASONS, Duplicate, duplicate_counts
+from lockkit_core.observe import Labels
 
 __all__ = ["REASONS", "duplicate_counts", "report_duplicate", "task_duplicate"]
 
@@ -30,9 +31,10 @@ log = logging.getLogger("lockkit.celery")
 task_duplicate: Final = Signal(name="lockkit_task_duplicate")
 
 
-def report_duplicate(task: Any, dup: Duplicate) -> None:
-    """Log, count and signal one duplicate."""
-    dup.report(log)
+def report_duplicate(task: Any, dup: Duplicate, on_duplicate: str, labels: Labels) -> None:
+    """Log, count and signal one duplicate (``on_duplicate``: the task's option;
+    ``labels``: its kit's, for the ``lockkit.task.duplicates`` metric)."""
+    dup.report(log, on_duplicate, labels)
     task_duplicate.send(
         sender=task,
         key=dup.key,

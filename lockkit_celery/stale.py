@@ -133,7 +133,7 @@ def clear_stale_locks(app: Celery, host: str | None = None) -> list[str]:
                         info.key, task_id, info.holder,
                     )  # fmt: skip
             except LockError as exc:
-                log.warning("lockkit: could not clear %s: %s", info.key, exc)
+                log.warning("lockkit: could not clear %r: %s", info.key, exc)
     return cleared
 
 

@@ -147,7 +147,7 @@ def begin(
         record.pop("mirror")
     got = start_run(records, task.name, key, request.id, opts, record.get("owner"))
     if isinstance(got, Duplicate):
-        return None, _refuse(task, request, opts, got)
+        return None, _refuse(task, request, opts, got, records)
     # A retry re-publishes these headers: it must adopt what this run holds.
     record.update(key=key, owner=got.owner)
     headers = request.headers if isinstance(request.headers, dict) else {}
@@ -155,8 +155,10 @@ def begin(
     return got, None
 
 
-def _refuse(task: Any, request: Any, opts: TaskOptions, dup: Duplicate) -> Any:
-    report_duplicate(task, dup)
+def _refuse(
+    task: Any, request: Any, opts: TaskOptions, dup: Duplicate, records: TaskRecords
+) -> Any:
+    report_duplicate(task, dup, opts.on_duplicate, records.kit.labels)
     if dup.reason == "finished":
         raise Ignore()
     if dup.reason == "running":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -9,7 +10,19 @@ from .backends.base import Backend, Capability, Lease, capability_names
 from .errors import NotSupported
 from .keys import check_key, namespaced
 
-__all__ = ["Admin", "BackendInfo", "KitView", "LockInfo"]
+__all__ = ["Admin", "BackendInfo", "KitView", "LockInfo", "age_text"]
+
+
+def age_text(seconds: float | None) -> str:
+    """A lock's age for people: ``4.2 s``, ``12m 05s``, ``3h 02m``; ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m {whole % 60:02d}s"
+    return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
 
 
 class KitView(Protocol):
@@ -33,6 +46,16 @@ class LockInfo:
     token: int | None
     ttl_remaining: float | None
     holder: str | None
+    #: when the holder got it (seconds since the epoch, the store's clock where it has one)
+    started: float | None = None
+    #: how many wait for it, where the store can count them (None: it cannot)
+    waiters: int | None = None
+
+    def age(self, now: float | None = None) -> float | None:
+        """Seconds it has been held at ``now`` (default: this host's clock), never below 0."""
+        if self.started is None:
+            return None
+        return max(0.0, (time.time() if now is None else now) - self.started)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -63,7 +86,14 @@ class Admin:
         ns = self._kit.namespace
         key = lease.key[len(ns) + 1 :] if ns and lease.key.startswith(ns + ":") else lease.key
         return LockInfo(
-            key, lease.key, lease.owner_hint, lease.token, lease.ttl_remaining, lease.holder
+            key,
+            lease.key,
+            lease.owner_hint,
+            lease.token,
+            lease.ttl_remaining,
+            lease.holder,
+            lease.started,
+            lease.waiters,
         )
 
     def list(self, prefix: str = "") -> list[LockInfo]:

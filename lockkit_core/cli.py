@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shlex
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 
 import click
 
-from .admin import LockInfo
+from .admin import LockInfo, age_text
 from .backends.base import capability_names
 from .backends.sql.schema import LeaseTable
 from .config import UNSET, default_url
@@ -31,6 +32,7 @@ from .url import parse_url
 __all__ = [
     "LOCK_HEADERS",
     "CliSettings",
+    "age_text",
     "cli",
     "emit_json",
     "free_line",
@@ -101,16 +103,18 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
 
-LOCK_HEADERS = ("KEY", "TOKEN", "TTL LEFT", "HOLDER", "OWNER HINT")
+LOCK_HEADERS = ("KEY", "TOKEN", "TTL LEFT", "AGE", "HOLDER", "OWNER HINT")
 
 
 def lock_rows(infos: Sequence[LockInfo]) -> list[list[str]]:
     """One table row per lock, in :data:`LOCK_HEADERS` order; the framework commands share it."""
+    now = time.time()
     return [
         [
             printable(info.key),
             "-" if info.token is None else str(info.token),
             _seconds(info.ttl_remaining),
+            age_text(info.age(now)),
             printable(info.holder or "-"),
             printable(info.owner_hint),
         ]
@@ -237,9 +241,33 @@ def release_command(ctx: click.Context, key: str, force: bool, as_json: bool) ->
         click.echo(released_line(key, before, released))
 
 
+def _scheme_rows(scheme: str, current: str | None) -> list[dict[str, Any]]:
+    """The scheme's row, then one per variant its options pick (``?mode=advisory``)."""
+    row = _scheme_row(scheme, current)
+    rows = [row]
+    try:
+        variants = backend_class(scheme).variants() if row["installed"] else {}
+    except Exception as exc:  # a broken plug-in must not hide the others
+        row["note"] = f"cannot load its variants: {exc}"
+        variants = {}
+    for query, cls in variants.items():
+        rows.append(
+            {
+                **row,
+                "scheme": scheme,
+                "variant": query,
+                "current": False,
+                "grade": str(cls.grade),
+                "capabilities": capability_names(cls.capabilities),
+            }
+        )
+    return rows
+
+
 def _scheme_row(scheme: str, current: str | None) -> dict[str, Any]:
     row: dict[str, Any] = {
         "scheme": scheme,
+        "variant": "",  # or the URL query that picks another kind of lock (?mode=advisory)
         "current": scheme == current,
         "grade": None,
         "capabilities": [],
@@ -263,6 +291,28 @@ def _scheme_row(scheme: str, current: str | None) -> dict[str, Any]:
     return row
 
 
+@cli.command(name="top", short_help="A live view of the held locks (q quits).")
+@click.argument("url", required=False)
+@click.option("--prefix", default="", help="Only keys that start with PREFIX.")
+@click.option(
+    "--interval", default=1.0, show_default=True, type=click.FloatRange(min=0.1),
+    help="Seconds between refreshes.",
+)  # fmt: skip
+@click.pass_context
+def top_command(ctx: click.Context, url: str | None, prefix: str, interval: float) -> None:
+    """Watch the locks held on URL (default: --url) refresh every second: key, holder, owner
+    hint, token, time left, age and waiters. q or Ctrl-C quits."""
+    if importlib.util.find_spec("rich") is None:
+        raise click.ClickException('lockkit top needs rich: pip install "lockkit[top]"')
+    from .top import run_top
+
+    settings: CliSettings = ctx.ensure_object(CliSettings)
+    if url is not None:
+        ctx.obj = CliSettings(url=url, namespace=settings.namespace, command=settings.command)
+    with _open_kit(ctx) as kit, _lockkit_errors():
+        run_top(kit, prefix, interval)
+
+
 @cli.command(name="backends", short_help="Show backend schemes, safety grades, capabilities.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_context
@@ -274,7 +324,7 @@ def backends_command(ctx: click.Context, as_json: bool) -> None:
     except LockKitError:
         current = None
     with _lockkit_errors():
-        rows = [_scheme_row(scheme, current) for scheme in known_schemes()]
+        rows = [row for scheme in known_schemes() for row in _scheme_rows(scheme, current)]
     if as_json:
         emit_json(rows)
         return
@@ -284,7 +334,7 @@ def backends_command(ctx: click.Context, as_json: bool) -> None:
             [
                 [
                     "*" if row["current"] else "",
-                    row["scheme"] + "://",
+                    row["scheme"] + "://" + row["variant"],
                     row["grade"] or "-",
                     ", ".join(row["capabilities"]) or "-",
                     row["note"],

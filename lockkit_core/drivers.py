@@ -187,4 +187,4 @@ def refused_give_back(full_key: str) -> Iterator[None]:
     except BackendUnavailable:
         raise
     except BackendError:
-        log.warning("could not give back a late grant of %s; it expires by TTL", full_key)
+        log.warning("could not give back a late grant of %r; it expires by TTL", full_key)

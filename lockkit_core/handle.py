@@ -16,19 +16,30 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .errors import LockLost, LockNotOwned
 from .hold import Hold, inherited_message, lost_message
 from .keys import namespaced
+from .observe import Labels
 
 if TYPE_CHECKING:
-    from .kit import LockKit
+    from .backends.base import Backend
+    from .hold_table import Holds
     from .lock import Lock
 
-__all__ = ["Handle", "OnLost"]
+__all__ = ["Handle", "KitParts", "OnLost"]
 
 OnLost = Callable[["Lock"], object]
+
+
+class KitParts(Protocol):
+    """All a handle uses of its kit: a :class:`~lockkit_core.LockKit`, or the view of a
+    kit's read-write locks and semaphores (:class:`~lockkit_core.shared.SharedKit`)."""
+
+    backend: Backend
+    namespace: str
+    holds: Holds
 
 
 class Handle:
@@ -36,7 +47,7 @@ class Handle:
 
     def __init__(
         self,
-        kit: LockKit,
+        kit: KitParts,
         key: str,
         *,
         ttl: float | None,
@@ -46,6 +57,7 @@ class Handle:
         fair: bool,
         on_lost: Iterable[OnLost],
         owner: str | None,
+        labels: Labels,
     ) -> None:
         self.kit = kit
         self.key = key
@@ -57,6 +69,7 @@ class Handle:
         self.fair = fair
         self.on_lost: list[OnLost] = list(on_lost)
         self._given_owner = owner
+        self.labels = labels  # the attributes of its metrics (lockkit_core.observe)
         # Reentrant: this thread's [hold, depth], in a thread-local so that it dies with its
         # thread and a later thread reusing the ident starts empty; and the handle's asyncio
         # acquisition's. Non-reentrant: the hold of the current acquisition, whichever thread

@@ -28,8 +28,8 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from . import lease
-from .backends.base import Backend
+from . import lease, observe
+from .backends.base import Backend, owner_hint
 from .errors import LockLost
 
 if TYPE_CHECKING:
@@ -52,8 +52,10 @@ class Hold:
         "count",
         "deadline",
         "full_key",
+        "granted",
         "handles",
         "key",
+        "labels",
         "lock",
         "lost_reason",
         "owner",
@@ -92,6 +94,9 @@ class Hold:
         self.pid = os.getpid()
         self.lost_reason: str | None = None
         self.active = True
+        # For the hold duration metric: from the grant (as seen here) to release or loss.
+        self.granted = time.monotonic()
+        self.labels = lock.labels
 
     def is_lost(self, now: float | None = None) -> bool:
         """True once renewal failed or the lease's deadline passed."""
@@ -160,6 +165,7 @@ class Hold:
                 released=True,
             )
             raise LockLost(self.key, lost_message(self.key, self))
+        observe.held(self.labels, self.granted)
 
     def mark_lost(self, reason: str) -> None:
         """Record the loss once, log it and run the handle's ``on_lost`` callbacks.
@@ -178,7 +184,9 @@ class Hold:
             if self.lost_reason is not None or not (released or self.active):
                 return
             self.lost_reason = reason
-        log.warning("lock %s lost: %s", self.full_key, reason)
+        observe.lost(self.labels, self.granted)
+        observe.event(log, logging.WARNING, "lost", self.full_key, "lock %r lost: %s",
+                      self.full_key, reason, owner=owner_hint(self.owner))  # fmt: skip
         lock = self.lock()
         if lock is not None:
             run_on_lost(lock)
@@ -199,7 +207,7 @@ def run_on_lost(lock: Lock) -> None:
         try:
             callback(lock)
         except Exception:
-            log.exception("on_lost callback %r failed for %s", callback, lock.full_key)
+            log.exception("on_lost callback %r failed for %r", callback, lock.full_key)
 
 
 def lost_message(key: str, hold: Hold) -> str:

@@ -93,7 +93,7 @@ class Holds:
         try:
             self.backend.release(hold.full_key, hold.owner)
         except Exception as exc:  # a finalizer must not raise (the kit may be closed)
-            log.error("lock %s leaked and could not be released: %s", hold.full_key, exc)
+            log.error("lock %r leaked and could not be released: %s", hold.full_key, exc)
 
     def drop(self, hold: Hold) -> None:
         """Unlist ``hold`` if it is still the one listed for its key; call with :attr:`mutex`

@@ -16,9 +16,11 @@ from .errors import ConfigError, NotSupported
 from .hold_table import Holds
 from .keys import KeyTemplate, check_key
 from .lock import Lock, OnLost
+from .observe import Labels
 from .registry import create_backend
 from .rwlock import RWLock
-from .semaphore import Semaphore
+from .semaphore import Semaphore, check_limit
+from .shared import SharedKit
 
 __all__ = ["LockKit"]
 
@@ -79,11 +81,14 @@ class LockKit:
         #: the holds this kit's handles may re-enter: the one interface between the kit and
         #: its ``Lock`` handles, which use only it, ``backend`` and ``namespace``
         self.holds = Holds(self.backend)
+        #: the attributes of this kit's metrics (lockkit_core.observe)
+        self.labels = Labels(self.backend.url.scheme, self.namespace)
         # A kit dropped without close() still closes its store once collected. Nothing
         # long-lived refers to a kit: its handles do (so it lives while any of its locks can
         # be released), the watchdog refers only to holds and their backend.
         self._closer = weakref.finalize(self, self.backend.close)
         self.admin = Admin(self)
+        self._shared: dict[tuple[str, int], SharedKit] = {}
         _kits.add(self)
 
     @classmethod
@@ -154,6 +159,7 @@ class LockKit:
         fair: bool = False,
         on_lost: OnLost | Iterable[OnLost] | None = None,
         owner: str | None = None,
+        template: str | None = None,
     ) -> Lock:
         """A handle on ``key``. Arguments left out come from the kit's settings.
 
@@ -167,9 +173,17 @@ class LockKit:
         (or ``with``) confirms on the store that the token still holds the key and then
         renews, checks and releases it here. Adoption never creates a holder: on a free key,
         or one held under another token, ``acquire()`` raises :class:`LockNotOwned` at once.
+
+        ``template``: what the key was made from (``"order:{order_id}"``, a task's name),
+        shown on the lock's metrics as ``lockkit.key_template``; the full key never is
+        (see :mod:`lockkit_core.observe`).
         """
         check_key(key)
         options = self._lock_options(ttl, timeout, auto_renew, fair, on_lost, owner)
+        if template is not None:
+            if not isinstance(template, str):
+                raise TypeError(f"template must be a str, got {type(template).__name__}")
+            options["labels"] = self.labels.with_template(template)
         return Lock(self, key, reentrant=reentrant, **options)
 
     def _lock_options(
@@ -182,13 +196,25 @@ class LockKit:
         owner: str | None,
     ) -> dict[str, Any]:
         cfg = self.config
-        real_ttl = cfg.ttl if ttl is UNSET else check_lock_ttl(ttl)
+        caps = self.backend.capabilities
+        # session-bound only: no lease at all, the lock ends with the store session
+        leases = Capability.TTL in caps or Capability.NO_LEASE not in caps
+        # A store without leases (advisory locks) holds for the session: the kit's default
+        # ttl, a lease length, has nothing to apply to there.
+        default_ttl = cfg.ttl if leases else None
+        real_ttl = default_ttl if ttl is UNSET else check_lock_ttl(ttl)
         if real_ttl is None and Capability.NO_LEASE not in self.backend.capabilities:
             raise NotSupported(
                 f"the {self.backend.url.scheme}:// backend cannot hold a lock without a lease "
                 "(ttl=None): it frees a lock only when its lease runs out, so a holder that "
                 "crashed would keep it for ever. Give a ttl (auto_renew keeps it held), or "
                 "use memory:// or file://, which free a lock when its holder process ends"
+            )
+        if real_ttl is not None and not leases:
+            raise NotSupported(
+                f"{self.backend.describe()} has no leases: a lock lasts as long as the session "
+                "that took it, so a ttl could not be kept. Leave ttl out (or pass ttl=None), or "
+                "use a store with leases"
             )
         real_timeout = cfg.timeout if timeout is UNSET else check_timeout(timeout)
         renew = cfg.auto_renew if auto_renew is UNSET else auto_renew
@@ -219,23 +245,67 @@ class LockKit:
             "fair": fair,
             "on_lost": callbacks,
             "owner": owner,
+            "labels": self.labels,
         }
 
-    def rwlock(self, key: str) -> RWLock:
-        """A read-write lock on ``key``: ``with kit.rwlock(key).read(timeout=5): ...``."""
+    def rwlock(
+        self,
+        key: str,
+        *,
+        ttl: Seconds = UNSET,
+        auto_renew: Any = UNSET,
+        on_lost: OnLost | Iterable[OnLost] | None = None,
+    ) -> RWLock:
+        """A read-write lock on ``key``: ``with kit.rwlock(key).read(timeout=5): ...``.
+        Its places are leases like ``kit.lock()``'s: ``ttl``, ``auto_renew`` and
+        ``on_lost`` mean the same (see :mod:`lockkit_core.shared`)."""
+        check_key(key)
         self._require_shared("rwlock")
-        return RWLock(self, key)
+        return RWLock(self, key, self._lock_options(ttl, UNSET, auto_renew, False, on_lost, None))
 
-    def semaphore(self, key: str, limit: int, *, timeout: Seconds = UNSET) -> Semaphore:
-        """One of ``limit`` places on ``key``: ``with kit.semaphore(key, limit=3): ...``."""
+    def semaphore(
+        self,
+        key: str,
+        limit: int,
+        *,
+        timeout: Seconds = UNSET,
+        ttl: Seconds = UNSET,
+        auto_renew: Any = UNSET,
+        on_lost: OnLost | Iterable[OnLost] | None = None,
+        owner: str | None = None,
+    ) -> Semaphore:
+        """One of ``limit`` places on ``key``: ``with kit.semaphore(key, limit=3): ...``.
+        The other arguments mean what they mean for ``kit.lock()``."""
+        check_key(key)
+        check_limit(limit)
         self._require_shared("semaphore")
-        return Semaphore(self, key, limit, timeout)
+        options = self._lock_options(ttl, timeout, auto_renew, False, on_lost, owner)
+        return Semaphore(self, key, limit, options)
+
+    def place_options(
+        self, options: dict[str, Any], timeout: Seconds, owner: str | None
+    ) -> dict[str, Any]:
+        """``options`` (of :meth:`_lock_options`) with one place's ``timeout`` and ``owner``
+        checked as ``kit.lock()`` checks them."""
+        if owner is not None and (not isinstance(owner, str) or len(owner) != 32):
+            raise ConfigError("owner must be the 32-character token of an existing acquisition")
+        wait = options["timeout"] if timeout is UNSET else check_timeout(timeout)
+        return {**options, "timeout": wait, "owner": owner}
+
+    def shared_parts(self, mode: str, limit: int) -> SharedKit:
+        """What the handles of places of ``mode`` (and ``limit``) see of this kit, made once,
+        so that a thread re-entering a read re-enters the same hold."""
+        parts = self._shared.get((mode, limit))
+        if parts is None:
+            parts = self._shared.setdefault((mode, limit), SharedKit(self, mode, limit))
+        return parts
 
     def _require_shared(self, what: str) -> None:
         if Capability.SHARED not in self.backend.capabilities:
             raise NotSupported(
                 f"kit.{what}() needs a backend with read-write locks and semaphores; the "
-                f"{self.backend.url.scheme}:// backend has none (use zookeeper://)"
+                f"{self.backend.url.scheme}:// backend has none (memory://, file://, redis:// "
+                "and zookeeper:// have them; `lockkit backends` lists every store's)"
             )
 
     def locked(
@@ -258,6 +328,8 @@ class LockKit:
         """
         template = KeyTemplate(key)
         options = self._lock_options(ttl, timeout, auto_renew, fair, on_lost, None)
+        shown = key if isinstance(key, str) else getattr(key, "__qualname__", repr(key))
+        options["labels"] = self.labels.with_template(shown)
 
         def decorate(func: Callable[P, R]) -> Callable[P, R]:
             signature = template.check_signature(func)
@@ -285,4 +357,6 @@ class LockKit:
 
     def _after_fork_in_child(self) -> None:
         self.holds.after_fork_in_child()
+        for parts in self._shared.values():
+            parts.holds.after_fork_in_child()
         self.backend.after_fork_in_child()

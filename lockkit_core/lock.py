@@ -12,14 +12,15 @@ handle reaches its kit only through ``kit.backend``, ``kit.namespace`` and ``kit
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import drivers, lease
+from . import drivers, lease, observe
 from .acquire import dead_on_arrival_error
 from .backends.base import Capability, Grant, owner_hint
 from .config import UNSET, Seconds, check_timeout, check_ttl
@@ -29,10 +30,9 @@ from .hold import Hold, inherited_message, lost_message
 from .py310 import add_note
 from .watchdog import watch
 
-if TYPE_CHECKING:
-    pass
-
 __all__ = ["Lock", "OnLost", "new_owner_token"]
+
+log = logging.getLogger("lockkit")
 
 
 def new_owner_token() -> str:
@@ -137,18 +137,25 @@ class Lock(Handle):
             hold = self._adopted(backend.adopt(self.full_key, self._given_owner, ttl), sent)
         else:
             owner = new_owner_token()
-            got = drivers.acquire(
-                backend,
-                self.full_key,
-                self.key,
-                owner,
-                self.ttl,
-                fair=self.fair,
-                blocking=blocking and timeout != 0,
-                timeout=timeout,
-            )
+            wait = observe.waiting(self.labels)
+            try:
+                got = drivers.acquire(
+                    backend,
+                    self.full_key,
+                    self.key,
+                    owner,
+                    self.ttl,
+                    fair=self.fair,
+                    blocking=blocking and timeout != 0,
+                    timeout=timeout,
+                )
+            except BaseException as exc:
+                observe.failed(wait, log, self.full_key, exc)
+                raise
             if got is None:
+                observe.refused(wait, log, self.full_key, timeout if blocking else 0)
                 return False
+            observe.waited(wait, "acquired", got.token)
             hold = self.kit.holds.start(self, owner, got.token, got.valid_until)
         self._took(hold)
         return True
@@ -174,18 +181,25 @@ class Lock(Handle):
             hold = self._adopted(grant, sent, task)
         else:
             owner = new_owner_token()
-            got = await drivers.aacquire(
-                self.kit.backend,
-                self.full_key,
-                self.key,
-                owner,
-                self.ttl,
-                fair=self.fair,
-                blocking=blocking and timeout != 0,
-                timeout=timeout,
-            )
+            wait = observe.waiting(self.labels)
+            try:
+                got = await drivers.aacquire(
+                    self.kit.backend,
+                    self.full_key,
+                    self.key,
+                    owner,
+                    self.ttl,
+                    fair=self.fair,
+                    blocking=blocking and timeout != 0,
+                    timeout=timeout,
+                )
+            except BaseException as exc:
+                observe.failed(wait, log, self.full_key, exc)
+                raise
             if got is None:
+                observe.refused(wait, log, self.full_key, timeout if blocking else 0)
                 return False
+            observe.waited(wait, "acquired", got.token)
             hold = self.kit.holds.start(self, owner, got.token, got.valid_until, task)
         self._took(hold)
         return True

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from typing import TypeVar
 
-__all__ = ["add_note", "cancelling", "wait_at_most"]
+__all__ = ["add_note", "cancelling", "wait_at_most", "within"]
+
+T = TypeVar("T")
 
 
 async def wait_at_most(awaitable: Awaitable[object], seconds: float) -> bool:
@@ -26,6 +29,21 @@ async def wait_at_most(awaitable: Awaitable[object], seconds: float) -> bool:
     except (TimeoutError, asyncio.TimeoutError):  # two classes before Python 3.11
         return False
     return True
+
+
+async def within(awaitable: Awaitable[T], seconds: float) -> T:
+    """Await ``awaitable`` for up to ``seconds`` and return its result; the built-in
+    ``TimeoutError`` when time runs out (it is then cancelled), on Python 3.10 too."""
+    timeout = getattr(asyncio, "timeout", None)
+    try:
+        if timeout is None:  # Python 3.10
+            return await asyncio.wait_for(awaitable, seconds)
+        async with timeout(seconds):
+            return await awaitable
+    except asyncio.TimeoutError as exc:  # TimeoutError itself from Python 3.11 on
+        if isinstance(exc, TimeoutError):
+            raise
+        raise TimeoutError(f"no answer within {seconds:g} s") from exc
 
 
 def cancelling(task: asyncio.Task[object]) -> int:

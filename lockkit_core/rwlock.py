@@ -1,13 +1,17 @@
 """``RWLock``: readers share a key, a writer has it alone, in arrival order.
 
-``with kit.rwlock("catalog").read(timeout=5): ...`` / ``.write(timeout=5)``. A reader that
-comes after a waiting writer waits behind it, so writers are not starved. Needs a backend with
-``Capability.SHARED`` (``zookeeper://``); elsewhere ``kit.rwlock()`` raises ``NotSupported``.
+``with kit.rwlock("catalog").read(timeout=5): ...`` / ``.write(timeout=5)``. Places are
+served first come, first served: a reader that comes after a waiting writer waits behind it,
+so writers are not starved, and readers queued behind a writer go in together after it. Each
+place is a lease like a plain lock's (ttl, renewal, ``on_lost``, owner tokens; see
+:mod:`lockkit_core.shared`). Reads and writes re-enter per thread like ``threading.RLock``;
+a thread holding the write that asks for a read waits on itself (release the write first).
+Needs a backend with ``Capability.SHARED``; elsewhere ``kit.rwlock()`` raises ``NotSupported``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .backends.base import Lease
 from .config import UNSET, Seconds
@@ -21,20 +25,28 @@ __all__ = ["RWLock"]
 
 
 class RWLock:
-    """A read-write lock on one key; each ``read()``/``write()`` is a new handle."""
+    """A read-write lock on one key; each ``read()``/``write()`` is a new handle with the
+    lease settings given to ``kit.rwlock()``."""
 
-    def __init__(self, kit: LockKit, key: str) -> None:
+    def __init__(self, kit: LockKit, key: str, options: dict[str, Any]) -> None:
         check_key(key)
         self.kit = kit
         self.key = key
+        self._options = options
 
-    def read(self, timeout: Seconds = UNSET) -> SharedLock:
-        """A shared place: held alongside other readers, never beside a writer."""
-        return SharedLock(self.kit, self.key, "read", 0, timeout)
+    def read(self, timeout: Seconds = UNSET, *, owner: str | None = None) -> SharedLock:
+        """A shared place: held alongside other readers, never beside a writer.
+        ``owner`` adopts a place taken elsewhere, as ``kit.lock(key, owner=...)`` does."""
+        return self._place("read", timeout, owner)
 
-    def write(self, timeout: Seconds = UNSET) -> SharedLock:
+    def write(self, timeout: Seconds = UNSET, *, owner: str | None = None) -> SharedLock:
         """The exclusive place: no reader and no other writer while it is held."""
-        return SharedLock(self.kit, self.key, "write", 1, timeout)
+        return self._place("write", timeout, owner)
+
+    def _place(self, mode: str, timeout: Seconds, owner: str | None) -> SharedLock:
+        options = self.kit.place_options(self._options, timeout, owner)
+        parts = self.kit.shared_parts(mode, 0)
+        return SharedLock(parts, self.key, mode=mode, limit=0, reentrant=True, options=options)
 
     def holders(self) -> list[Lease]:
         """The readers, or the writer, that hold the lock now."""

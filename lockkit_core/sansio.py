@@ -3,6 +3,8 @@
 A *plan* is a generator that decides and never waits: it yields a step (what to do), is sent
 the step's outcome, and returns its result. :func:`run` performs each step with a blocking
 function, :func:`arun` with a coroutine function; the decisions are written once, in the plan.
+An error a step raises is thrown into the plan at its ``yield``, so a plan may catch the
+store's answers that come as exceptions (a node that does not exist) where it asked.
 """
 
 from __future__ import annotations
@@ -22,7 +24,12 @@ def run(plan: Generator[S, R, T], do: Callable[[S], R]) -> T:
     try:
         step = next(plan)
         while True:
-            step = plan.send(do(step))
+            try:
+                outcome = do(step)
+            except Exception as exc:
+                step = plan.throw(exc)
+            else:
+                step = plan.send(outcome)
     except StopIteration as done:
         result: T = done.value
         return result
@@ -35,7 +42,12 @@ async def arun(plan: Generator[S, R, T], do: Callable[[S], Awaitable[R]]) -> T:
     try:
         step = next(plan)
         while True:
-            step = plan.send(await do(step))
+            try:
+                outcome = await do(step)
+            except Exception as exc:
+                step = plan.throw(exc)
+            else:
+                step = plan.send(outcome)
     except StopIteration as done:
         result: T = done.value
         return result

@@ -108,7 +108,7 @@ class Watchdog:
             try:
                 self._service(hold)
             except Exception:  # the watchdog must survive anything a callback does
-                log.exception("lockkit watchdog failed on %s", hold.full_key)
+                log.exception("lockkit watchdog failed on %r", hold.full_key)
 
     def _service(self, hold: Hold) -> None:
         """Renew ``hold``, report it lost, or drop it if it leaked."""
@@ -136,7 +136,7 @@ class Watchdog:
             if now >= hold.deadline:
                 hold.mark_lost(f"renewal failed until the lease ran out ({exc})")
                 return
-            log.warning("renewing %s failed, retrying: %s", hold.full_key, exc)
+            log.warning("renewing %r failed, retrying: %s", hold.full_key, exc)
             self.schedule(hold, min(now + lease.retry_interval(ttl), hold.deadline))
             return
         if renewed and hold.active:

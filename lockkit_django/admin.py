@@ -27,7 +27,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 
 from lockkit_core import LockKitError
-from lockkit_core.admin import LockInfo
+from lockkit_core.admin import LockInfo, age_text
 
 from .conf import get_kit
 from .models import Lock
@@ -50,6 +50,7 @@ class LockRow:
     ttl_remaining: float | None
     host: str | None
     pid: int | None
+    age: float | None = None  #: seconds held, where the store keeps the start
 
     @classmethod
     def of(cls, info: LockInfo) -> LockRow:
@@ -60,12 +61,17 @@ class LockRow:
         if match:
             host = match["host"] + match["rest"]
             pid = int(match["pid"])
-        return cls(info.key, info.owner_hint, info.token, info.ttl_remaining, host, pid)
+        return cls(info.key, info.owner_hint, info.token, info.ttl_remaining, host, pid, info.age())
 
     @property
     def time_left(self) -> str:
         """The lease's remaining time, e.g. ``12.3 s``; ``-`` if the store does not say."""
         return "-" if self.ttl_remaining is None else f"{self.ttl_remaining:.1f} s"
+
+    @property
+    def held_for(self) -> str:
+        """How long it has been held, e.g. ``4.2 s`` or ``12m 05s``; ``-`` if unknown."""
+        return age_text(self.age)
 
 
 @admin.register(Lock)

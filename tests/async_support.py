@@ -21,7 +21,15 @@ from lockkit_core.keys import namespaced
 T = TypeVar("T")
 
 #: the stores with an asyncio API, as ``store_url`` parameters
-ASYNC_STORES = ["memory", "file", pytest.param("redis", marks=pytest.mark.redis)]
+ASYNC_STORES = [
+    "memory",
+    "file",
+    pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("zookeeper", marks=pytest.mark.zookeeper),
+    pytest.param("etcd", marks=pytest.mark.etcd),
+    pytest.param("postgresql", marks=pytest.mark.postgresql),
+    "sqlite",
+]
 
 
 @pytest.fixture(params=ASYNC_STORES)
@@ -31,6 +39,17 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"memory://async-{uuid.uuid4().hex[:12]}"
     if request.param == "file":
         return f"file://{tmp_path / 'locks'}"
+    if request.param == "zookeeper":
+        zookeeper = request.getfixturevalue("zookeeper_server")
+        return str(zookeeper.url) + "?session_timeout=4&socket_timeout=2"
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'locks.db'}"
+    if request.param == "postgresql":
+        postgres = request.getfixturevalue("postgres_server")
+        return str(postgres.url) + "?socket_timeout=5&connect_timeout=2"
+    if request.param == "etcd":
+        etcd = request.getfixturevalue("etcd_server")
+        return str(etcd.url) + "?socket_timeout=2"
     server = request.getfixturevalue("redis_server")
     return str(server.url) + "?socket_timeout=2&socket_connect_timeout=2"
 
@@ -57,6 +76,23 @@ def leftovers(kit: LockKit, key: str) -> list[str]:
             # the record is the holder, counted above; the fence counter is kept on purpose
             if name != f"lockkit:{{{full_key}}}".encode() and not name.endswith(b":f"):
                 found.append(f"redis key {name.decode()} ({client.type(name).decode()})")
+    elif scheme == "zookeeper":
+        tree = kit.backend.tree  # type: ignore[attr-defined]
+        children = kit.backend.session.run(tree.children(full_key))  # type: ignore[attr-defined]
+        if len(children) > len(found):
+            found.append(f"{len(children) - len(found)} queue node(s)")
+    elif scheme == "etcd":
+        from lockkit_core.backends.etcd.client import b64
+        from lockkit_core.backends.etcd.layout import prefix_end, queue_prefix
+
+        queue = queue_prefix(full_key)
+        answer = kit.backend.client.call(  # type: ignore[attr-defined]
+            "kv/range",
+            {"key": b64(queue), "range_end": b64(prefix_end(queue)), "count_only": True},
+            "count the queue",
+        )
+        if int(answer.get("count", 0)):
+            found.append(f"{answer['count']} queue entries")
     return found
 
 

@@ -3,7 +3,9 @@
 Settings come from the environment the fixture sets: ``LOCKKIT_TEST_REDIS`` (a redis URL
 without a database; broker on db 1, results on db 2, locks and recorded events on db 3) and
 ``LOCKKIT_TEST_UNLOCKED=1``, which turns every lock off (to see the tests fail without them),
-and ``LOCKKIT_TEST_CLEAR_STALE=1``, which turns on ``lockkit_clear_stale_on_start``.
+``LOCKKIT_TEST_CLEAR_STALE=1``, which turns on ``lockkit_clear_stale_on_start``, and
+``LOCKKIT_TEST_LOCK_URL``, another lock store (``django://default`` sets up the test Django
+project, tests/djproject, whose settings then come from its ``DJPROJECT_*`` variables).
 Each task records what it does in the Redis list ``events`` as JSON, with its pid and time.
 """
 
@@ -21,11 +23,17 @@ from celery import Celery
 from lockkit_celery import locked_task
 
 BASE = os.environ.get("LOCKKIT_TEST_REDIS", "redis://127.0.0.1:6379")
+LOCK_URL = os.environ.get("LOCKKIT_TEST_LOCK_URL", f"{BASE}/3")
+if LOCK_URL.startswith("django://"):
+    import django
+
+    os.environ["DJANGO_SETTINGS_MODULE"] = "djproject.settings"
+    django.setup()
 VISIBILITY_TIMEOUT = 3.0
 
 app = Celery("celery_app", broker=f"{BASE}/1", backend=f"{BASE}/2")
 app.conf.update(
-    lockkit_url=f"{BASE}/3",
+    lockkit_url=LOCK_URL,
     lockkit_namespace="celerytest",
     lockkit_enabled=os.environ.get("LOCKKIT_TEST_UNLOCKED") != "1",
     lockkit_clear_stale_on_start=os.environ.get("LOCKKIT_TEST_CLEAR_STALE") == "1",

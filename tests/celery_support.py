@@ -81,10 +81,19 @@ def wait_for(check: Any, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def producer_main(base: str, go: str, calls: int, out: str) -> None:
-    """A producer process: once the file ``go`` exists, enqueue ``sms(7)`` ``calls`` times in
-    mixed styles; write the task ids it got back to ``out``, one a line. ``<out>.ready``
-    tells the test that this producer has imported everything and is waiting."""
+def producer_main(
+    base: str,
+    go: str,
+    calls: int,
+    out: str,
+    order_id: int = 7,
+    env: dict[str, str] | None = None,
+) -> None:
+    """A producer process: once the file ``go`` exists, enqueue ``sms(order_id)`` ``calls``
+    times in mixed styles; write the task ids it got back to ``out``, one a line.
+    ``<out>.ready`` tells the test that this producer has imported everything and is waiting.
+    ``env``: more variables for celery_app (e.g. ``LOCKKIT_TEST_LOCK_URL``)."""
+    os.environ.update(env or {})
     os.environ["LOCKKIT_TEST_REDIS"] = base
     sys.path.insert(0, str(HERE))
     import celery_app
@@ -97,13 +106,13 @@ def producer_main(base: str, go: str, calls: int, out: str) -> None:
     for i in range(calls):
         style = i % 4
         if style == 0:
-            result = celery_app.sms.delay(7)
+            result = celery_app.sms.delay(order_id)
         elif style == 1:
-            result = celery_app.sms.delay(order_id=7)
+            result = celery_app.sms.delay(order_id=order_id)
         elif style == 2:
-            result = celery_app.sms.apply_async(kwargs={"text": "paid", "order_id": 7})
+            result = celery_app.sms.apply_async(kwargs={"text": "paid", "order_id": order_id})
         else:
-            result = celery_app.sms.apply_async((7, "paid"))
+            result = celery_app.sms.apply_async((order_id, "paid"))
         ids.append(result.id)
     Path(out).write_text("\n".join(ids))
 

@@ -21,6 +21,7 @@ pytest_plugins = [
     "etcd_fixtures",
     "fault_results",
     "mariadb_fixtures",
+    "otel_fixtures",
     "postgres_fixtures",
     "redlock_fixtures",
     "redis_deploy_fixtures",

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,6 +32,8 @@ class TaskProject:
     folder: Path
     workers: TaskWorkers
     lock_url: str
+    #: set when the project's database is this PostgreSQL one (``db`` is then unused)
+    pg_conninfo: str | None = None
 
     def enqueue(self, task: str, order_id: int, threads: int = 1) -> list[str]:
         """``threads`` threads of one new process enqueue ``task(order_id)`` at once."""
@@ -48,13 +51,25 @@ class TaskProject:
 
     def rows(self, task: str) -> list[tuple[str, str, list[str]]]:
         """(id, status, worker ids) of every stored result of ``task``."""
-        with sqlite3.connect(self.db, timeout=30) as db:
-            found = db.execute(
-                "SELECT id, status, worker_ids FROM django_tasks_database_dbtaskresult "
-                "WHERE task_path = ? ORDER BY enqueued_at",
-                [f"djproject.tasks.{task}"],
-            ).fetchall()
-        return [(str(uuid.UUID(i)), s, json.loads(w)) for i, s, w in found]
+        sql = (
+            "SELECT id, status, worker_ids FROM django_tasks_database_dbtaskresult "
+            "WHERE task_path = ? ORDER BY enqueued_at"
+        )
+        params = [f"djproject.tasks.{task}"]
+        found: list[tuple[Any, ...]]
+        if self.pg_conninfo is not None:
+            import psycopg
+
+            with psycopg.connect(self.pg_conninfo, autocommit=True) as conn:
+                found = conn.execute(sql.replace("?", "%s"), params).fetchall()
+        else:
+            with sqlite3.connect(self.db, timeout=30) as db:
+                found = db.execute(sql, params).fetchall()
+        # SQLite keeps the JSON list as text, PostgreSQL's jsonb arrives decoded
+        return [
+            (str(uuid.UUID(str(i))), s, w if isinstance(w, list) else json.loads(w))
+            for i, s, w in found
+        ]
 
     def wait_status(
         self, task: str, result_id: str, statuses: set[str], timeout: float = 30

@@ -1,6 +1,9 @@
 """A lock holder in its own process, steered through stdin, for the fault tests.
 
-    python holder_process.py URL NAMESPACE KEY TTL AUTO_RENEW
+    python holder_process.py URL NAMESPACE KEY TTL AUTO_RENEW [PLACE]
+
+PLACE, if given, holds a place instead of the lock: ``read`` or ``write`` of a read-write
+lock, or ``slot:N`` of a semaphore of N places.
 
 Prints ``acquired <token> <owner>`` once it holds KEY, then answers one line per command:
 ``check`` -> ``ok`` | ``lost`` | ``notowned``; ``release`` -> ``released`` | ``lost`` |
@@ -25,12 +28,21 @@ def say(line: str) -> None:
 
 def main() -> int:
     url, namespace, key, ttl, auto_renew = sys.argv[1:6]
+    place = sys.argv[6] if len(sys.argv) > 6 else ""
     kit = LockKit(url, namespace=namespace)
 
     def on_lost(lock: Lock) -> None:
         say("on_lost")
 
-    lock = kit.lock(key, ttl=float(ttl), auto_renew=auto_renew == "1", on_lost=on_lost)
+    lease = {"ttl": float(ttl), "auto_renew": auto_renew == "1", "on_lost": on_lost}
+    lock: Lock
+    if place.startswith("slot:"):
+        lock = kit.semaphore(key, int(place[5:]), **lease)
+    elif place in ("read", "write"):
+        rw = kit.rwlock(key, **lease)
+        lock = rw.read() if place == "read" else rw.write()
+    else:
+        lock = kit.lock(key, **lease)
     if not lock.acquire(timeout=10):
         say("busy")
         return 3

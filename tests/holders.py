@@ -21,7 +21,14 @@ class Holder:
     """``holder_process.py`` in a subprocess; lines it prints are read with a timeout."""
 
     def __init__(
-        self, url: str, namespace: str, key: str, ttl: float, auto_renew: bool, wait: float = 10.0
+        self,
+        url: str,
+        namespace: str,
+        key: str,
+        ttl: float,
+        auto_renew: bool,
+        wait: float = 10.0,
+        place: str = "",
     ) -> None:
         self.wait = wait  # how long expect() waits for a line unless told otherwise
         self.proc = subprocess.Popen(
@@ -33,6 +40,7 @@ class Holder:
                 key,
                 str(ttl),
                 "1" if auto_renew else "0",
+                *([place] if place else []),
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -13,6 +13,7 @@ from django.db import connections
 from pytest_django.fixtures import _get_databases_for_setup
 
 from lockkit_core.testing import PostgresServer
+from lockkit_core.testing.pgbouncer import PgBouncerServer
 
 PG_ALIAS = "pg"
 
@@ -47,3 +48,10 @@ def pg_env(postgres_server: PostgresServer, django_db_setup: None) -> dict[str, 
     settings = connections[PG_ALIAS].settings_dict
     names = ("HOST", "PORT", "USER", "NAME")
     return {f"DJPROJECT_PG_{name}": str(settings[name]) for name in names}
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(postgres_server: PostgresServer) -> Iterator[PgBouncerServer]:
+    """A real PgBouncer in transaction pooling mode in front of :func:`postgres_server`."""
+    with PgBouncerServer(postgres_server, pool_mode="transaction") as bouncer:
+        yield bouncer

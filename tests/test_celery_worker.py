@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 from celery_support import Worker, bare_chord_main, events, producer_main, wait_for
+from otel_fixtures import Otel
 
 from lockkit_core.testing import RedisServer
 
@@ -311,3 +312,28 @@ def test_a_chord_with_a_duplicate_member_fires_once_with_every_value(
     fired = [e for e in events(base, "collect") if e["order_id"] == 107]
     assert len(fired) == 1, fired
     assert len(starts(base, "sms", 107)) == 1
+
+
+def test_duplicates_are_counted_on_opentelemetry_with_the_action_taken(
+    base: str, app: object, worker: Worker, otel: Otel
+) -> None:
+    from lockkit_celery import TaskLocked
+
+    def counted(action: str) -> int:
+        match = {"lockkit.task": "sms", "lockkit.reason": "enqueued", "lockkit.action": action}
+        return otel.count("lockkit.task.duplicates", "celerytest", match)
+
+    raised, skipped = counted("raise"), counted("skip")
+    first = app.sms.delay(103, seconds=1.0)  # type: ignore[attr-defined]
+    with pytest.raises(TaskLocked):
+        app.sms.apply_async((103,), {"seconds": 1.0}, lockkit={"on_duplicate": "raise"})  # type: ignore[attr-defined]
+    assert app.sms.delay(103, seconds=1.0).id == first.id  # type: ignore[attr-defined]
+    assert (counted("raise"), counted("skip")) == (raised + 1, skipped + 1)
+    [point] = [
+        p
+        for p in otel.points("lockkit.task.duplicates", "celerytest")
+        if p.attributes["lockkit.action"] == "raise"
+    ]
+    assert point.attributes["lockkit.backend"] == "redis"
+    assert "103" not in repr(dict(point.attributes))  # the call's key is never an attribute
+    assert first.get(timeout=30) == 103

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,9 +59,9 @@ def test_list_prints_an_aligned_table(url: str, held: dict[str, Lock]) -> None:
     result = run("--url", url, "list")
     assert result.exit_code == 0, result.output
     header, *rows = lines(result)
-    assert header.split() == ["KEY", "TOKEN", "TTL", "LEFT", "HOLDER", "OWNER", "HINT"]
+    assert header.split() == ["KEY", "TOKEN", "TTL", "LEFT", "AGE", "HOLDER", "OWNER", "HINT"]
     assert [row.split()[0] for row in rows] == ["order:42", "order:7", "shop:cart:1"]
-    for column in ("TOKEN", "TTL LEFT", "HOLDER", "OWNER HINT"):
+    for column in ("TOKEN", "TTL LEFT", "AGE", "HOLDER", "OWNER HINT"):
         start = header.index(column)
         assert all(row[start - 2 : start] == "  " and row[start] != " " for row in rows), column
     row = rows[0]
@@ -69,6 +70,8 @@ def test_list_prints_an_aligned_table(url: str, held: dict[str, Lock]) -> None:
     assert f"  {lock.token}  " in row
     assert row.endswith(owner_hint(lock.owner))
     assert f"pid {os.getpid()}" in row
+    age = row[header.index("AGE") :].split("  ")[0]
+    assert age.endswith(" s") and 0 <= float(age[:-2]) < 60, age
     ttl_left = float(row.split()[2])
     assert 50 < ttl_left <= 60
 
@@ -95,7 +98,17 @@ def test_list_json(url: str, held: dict[str, Lock]) -> None:
     assert first["owner_hint"] == owner_hint(lock.owner)
     assert first["stored_key"] == "order:42"
     assert 50 < first["ttl_remaining"] <= 60
-    assert set(first) == {"key", "stored_key", "owner_hint", "token", "ttl_remaining", "holder"}
+    assert abs(first["started"] - time.time()) < 60  # taken by the fixture, moments ago
+    assert set(first) == {
+        "key",
+        "stored_key",
+        "owner_hint",
+        "token",
+        "ttl_remaining",
+        "holder",
+        "started",
+        "waiters",
+    }
 
 
 def test_list_empty(url: str) -> None:
@@ -215,7 +228,10 @@ def test_backends_table(url: str) -> None:
     assert result.exit_code == 0, result.output
     out = lines(result)
     rows = {line.split()[1 if line.startswith("*") else 0]: line for line in out[1:-1]}
-    assert set(rows) == {scheme + "://" for scheme in known_schemes()}
+    advisory = {"postgresql://?mode=advisory", "postgres://?mode=advisory"}
+    assert set(rows) == {scheme + "://" for scheme in known_schemes()} | advisory
+    assert "no_lease" in rows["postgresql://?mode=advisory"]
+    assert "hand_off" not in rows["postgresql://?mode=advisory"]
     assert rows["file://"].startswith("*")
     assert "single-node" in rows["file://"]
     assert "cross_process" in rows["file://"]
@@ -228,8 +244,9 @@ def test_backends_table(url: str) -> None:
 def test_backends_json() -> None:
     result = run("--url", "memory://", "backends", "--json")
     assert result.exit_code == 0, result.output
-    data = {row["scheme"]: row for row in json.loads(result.stdout)}
-    assert set(data) == set(known_schemes())
+    data = {row["scheme"] + row["variant"]: row for row in json.loads(result.stdout)}
+    advisory = {"postgresql?mode=advisory", "postgres?mode=advisory"}
+    assert set(data) == set(known_schemes()) | advisory
     memory = data["memory"]
     assert memory["current"] is True
     assert memory["grade"] == "in-process"
@@ -243,6 +260,7 @@ def test_backends_json() -> None:
         "cross_process",
         "list",
         "hand_off",
+        "shared",
         "no_lease",
     ]
     assert data["redis"]["grade"] == "single-node"
@@ -390,3 +408,17 @@ def test_demo_fails_when_the_lock_does_not_exclude(tmp_path: Path) -> None:
     assert duplicated > 0
     assert sent > 200
     assert "Verdict: FAILED" in proc.stdout
+
+
+def test_ages_read_as_seconds_minutes_and_hours() -> None:
+    from lockkit_core.cli import age_text
+
+    assert [age_text(s) for s in (None, 0.04, 59.94, 61, 3599, 3600, 7384)] == [
+        "-",
+        "0.0 s",
+        "59.9 s",
+        "1m 01s",
+        "59m 59s",
+        "1h 00m",
+        "2h 03m",
+    ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -208,3 +209,16 @@ def test_the_store_line_and_its_errors_hide_the_password(settings: Any, operator
 def test_a_missing_key_is_an_error_message(store: LockKit, operator: Client) -> None:
     response = operator.post(RELEASE, {}, follow=True)
     assert "Name the lock to release" in response.content.decode()
+
+
+def test_the_list_shows_how_long_each_lock_has_been_held(store: LockKit, operator: Client) -> None:
+    with store.lock("aged:1"):
+        time.sleep(0.3)
+        first = operator.get(LIST)
+        [row] = first.context["rows"]
+        assert row.age is not None and 0.25 <= row.age < 30
+        assert '<th scope="col">Age</th>' in first.content.decode()
+        assert f'<td class="lockkit-age">{row.held_for}</td>' in first.content.decode()
+        time.sleep(0.3)
+        [later] = operator.get(LIST).context["rows"]
+        assert later.age is not None and later.age >= row.age + 0.25  # it grows while held

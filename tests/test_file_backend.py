@@ -104,6 +104,7 @@ def test_url_names_the_directory_which_is_created_private(tmp_path: Path) -> Non
         | Capability.LIST
         | Capability.HAND_OFF
         | Capability.NO_LEASE
+        | Capability.SHARED
     )
     assert made.grade is Grade.SINGLE_NODE
 

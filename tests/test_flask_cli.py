@@ -44,6 +44,7 @@ def test_list_info_and_release_act_on_the_apps_store_and_namespace(tmp_path: Pat
             "TOKEN",
             "TTL",
             "LEFT",
+            "AGE",
             "HOLDER",
             "OWNER",
             "HINT",

@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -115,4 +116,46 @@ def test_a_killed_waiter_at_the_head_blocks_nobody(
         assert got[0] - released < 1.0, f"got it {got[0] - released:.2f} s after the release"
     finally:
         head.close()
+        other.close()
+
+
+def test_the_head_waiter_holds_within_one_round_trip_of_the_release(
+    postgres_server: PostgresServer, kit: LockKit, namespace: str
+) -> None:
+    """The release's NOTIFY reaches the listening waiter with no statement of its own; its
+    one attempt takes the lock. Counted from libpq's trace of the waiter's two connections
+    (the pool's, for attempts, and the listener's)."""
+    from benchmarks.pg_trace import traced_connection
+
+    holder = kit.lock("h")
+    assert holder.acquire()
+    other = LockKit(postgres_server.url, namespace=namespace, ttl=30)
+    backend: Any = other.backend
+    attempts_conn, _ = backend._pool.take("trace")
+    listen_conn, _ = backend._listeners.take("trace")
+    try:
+        with (
+            traced_connection(attempts_conn) as attempts,
+            traced_connection(listen_conn) as listens,
+        ):
+            backend._pool.give(attempts_conn)
+            backend._listeners.give(listen_conn)
+            waiter = other.lock("h", reentrant=False)
+            got: list[bool] = []
+            thread = threading.Thread(target=lambda: got.append(waiter.acquire(timeout=20)))
+            thread.start()
+            time.sleep(1.0)  # it tried once and listens at the head of the room, silent
+            holder.release()
+            thread.join(20)
+            assert got == [True]
+            for conn in (attempts_conn, listen_conn):
+                conn.pgconn.untrace()  # flushes libpq's trace file
+            # attempts: two before waiting (the first, and one after LISTEN so a release in
+            # between is not missed), then exactly one after the notice: no polling in the
+            # second it waited, the grant one round trip after the release
+            assert attempts.count() == 3
+            # listener: LISTEN with a look at the room, and leaving the room once it holds
+            assert listens.count() == 2
+            waiter.release()
+    finally:
         other.close()

@@ -33,7 +33,8 @@ def test_stored_layout_carries_namespace_owner_token_and_holder(
     with kit.lock("order:42") as held:
         value = raw.get(f"lockkit:{{{kit.namespace}:order:42}}")
         assert value is not None
-        owner, token, holder = value.decode().split("|", 2)
+        owner, token, started, holder = value.decode().split("|", 3)
+        assert abs(int(started) / 1000 - time.time()) < 5  # the server's clock, same host
         assert held.owner is not None
         assert owner == owner_id(held.owner) != held.owner
         assert len(owner) == 40 and held.owner_hint and owner.startswith(held.owner_hint)
@@ -276,6 +277,8 @@ def test_the_script_run_is_the_file_as_written(kit: LockKit) -> None:
     from lockkit_core.backends.redis.scripts import Script
 
     lua = resources.files("lockkit_core.backends.redis").joinpath("lua")
-    assert [entry.name for entry in lua.iterdir() if entry.name.endswith(".lua")] == ["lock.lua"]
-    script = Script(kit.backend.client, "lock", 4)  # type: ignore[attr-defined]
-    assert script.source == lua.joinpath("lock.lua").read_text()
+    names = sorted(entry.name for entry in lua.iterdir() if entry.name.endswith(".lua"))
+    assert names == ["lock.lua", "shared.lua"]
+    for name in ("lock", "shared"):
+        script = Script(kit.backend.client, name, 4)  # type: ignore[attr-defined]
+        assert script.source == lua.joinpath(f"{name}.lua").read_text()

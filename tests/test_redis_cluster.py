@@ -174,3 +174,40 @@ def test_the_apps_cluster_client(redis_cluster: RedisClusterDeployment) -> None:
         kit.close()
     assert client.ping()  # close() left the app's client open
     client.close()
+
+
+def test_read_write_locks_and_semaphores_hand_over_on_the_cluster(
+    redis_cluster: RedisClusterDeployment,
+) -> None:
+    from lockkit_core import LockTimeout
+
+    namespace = f"p{uuid.uuid4().hex[:8]}"
+    a, b = (LockKit(redis_cluster.url, namespace=namespace, ttl=30) for _ in range(2))
+    try:
+        with a.rwlock("doc").read(timeout=1) as r1, b.rwlock("doc").read(timeout=1) as r2:
+            assert r1.token is not None and r2.token is not None
+            with pytest.raises(LockTimeout), b.rwlock("doc").write(timeout=0.1):
+                pass
+        reading = a.rwlock("doc").read(timeout=1)
+        assert reading.acquire()
+        got: list[float] = []
+
+        def write() -> None:
+            with b.rwlock("doc").write(timeout=20):
+                got.append(time.monotonic())
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        time.sleep(0.3)  # the writer queues behind the reader
+        released = time.monotonic()
+        reading.release()
+        writer.join(20)
+        # handed over by a notice in the key's slot, long before the reader's 30 s lease
+        assert got and got[0] - released < 5.0
+        with a.semaphore("exports", limit=2), b.semaphore("exports", limit=2):
+            third = a.semaphore("exports", limit=2, timeout=0.1)
+            with pytest.raises(LockTimeout), third:
+                pass
+    finally:
+        a.close()
+        b.close()

@@ -40,7 +40,7 @@ def kits(url: str, namespace: str) -> Iterator[list[LockKit]]:
 def _contenders(kit: LockKit, key: str) -> list[str]:
     backend = kit.backend
     assert isinstance(backend, ZooKeeperBackend)
-    return backend.tree.children(f"{kit.namespace}:{key}")
+    return backend.session.run(backend.tree.children(f"{kit.namespace}:{key}"))
 
 
 @pytest.mark.parametrize("fair", [True, False])

@@ -69,7 +69,7 @@ def _count_requests(kit: LockKit) -> Counter[str]:
 def _queued(kit: LockKit, key: str) -> int:
     backend = kit.backend
     assert isinstance(backend, ZooKeeperBackend)
-    return len(backend.tree.children(f"{kit.namespace}:{key}"))
+    return len(backend.session.run(backend.tree.children(f"{kit.namespace}:{key}")))
 
 
 def _watches_set(server: ZooKeeperServer, kit: LockKit, key: str) -> None:
@@ -78,7 +78,7 @@ def _watches_set(server: ZooKeeperServer, kit: LockKit, key: str) -> None:
     assert isinstance(backend, ZooKeeperBackend)
     full = f"{kit.namespace}:{key}"
     parent = backend.tree.parent(full)
-    ahead = {f"{parent}/{name}" for name in backend.tree.children(full)[:-1]}
+    ahead = {f"{parent}/{name}" for name in backend.session.run(backend.tree.children(full))[:-1]}
     _until(lambda: ahead <= set(four_letter(server.port, "wchp").split()))
 
 

@@ -7,10 +7,13 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
 
 import pytest
 
 from lockkit_core import ConfigError, LockKit, LockTimeout, NotSupported
+from lockkit_core.backends.zookeeper.backend import ZooKeeperBackend
 from lockkit_core.testing.zookeeper import ZooKeeperServer
 
 pytestmark = pytest.mark.zookeeper
@@ -148,13 +151,52 @@ def test_a_semaphore_admits_at_most_its_limit_in_arrival_order(kits: list[LockKi
     assert most <= limit
 
 
-def test_bad_arguments_and_backends_without_shared_locks(kits: list[LockKit]) -> None:
+def test_bad_arguments_and_backends_without_shared_locks(
+    kits: list[LockKit], tmp_path: Path
+) -> None:
     with pytest.raises(ConfigError, match="limit"):
         kits[0].semaphore("x", limit=0)
     with pytest.raises(ConfigError, match="timeout"):
         kits[0].rwlock("x").read(timeout=-5)
-    with LockKit("memory://") as memory:
-        with pytest.raises(NotSupported, match="zookeeper"):
-            memory.rwlock("x")
+    with LockKit(f"sqlite://{tmp_path / 'locks.db'}") as sqlite:
+        with pytest.raises(NotSupported, match=r"sqlite:// backend has none.*lockkit backends"):
+            sqlite.rwlock("x")
         with pytest.raises(NotSupported):
-            memory.semaphore("x", limit=2)
+            sqlite.semaphore("x", limit=2)
+
+
+def test_a_semaphore_release_wakes_the_waiter_it_lets_in_not_the_whole_queue(
+    kits: list[LockKit],
+) -> None:
+    """Five waiters queue for a semaphore of one. A release wakes the first waiter (it takes
+    the place) and, through that taking, the one behind it (it moves up to watch the holder):
+    two wake-ups, never one per waiter."""
+    holder = kits[0].semaphore("one", 1)
+    assert holder.acquire(timeout=1)
+    got: list[int] = []
+    done = threading.Event()
+
+    def wait_place(i: int) -> None:
+        with kits[i].semaphore("one", 1, timeout=20):
+            got.append(i)
+            done.wait(20)
+
+    threads = [threading.Thread(target=wait_place, args=(i,)) for i in range(1, 6)]
+    for t in threads:
+        t.start()
+        time.sleep(0.1)
+    time.sleep(0.3)  # every waiter is queued and watching
+    backends = [cast(ZooKeeperBackend, kit.backend) for kit in kits]
+    before = sum(b.place_wakeups for b in backends)
+    holder.release()
+    deadline = time.monotonic() + 5
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.5)  # any other wake-up the release caused has arrived by now
+    woken = sum(b.place_wakeups for b in backends) - before
+    assert got == [1]
+    assert 1 <= woken <= 2, f"one release woke {woken} waiters of 5"
+    done.set()
+    for t in threads:
+        t.join(30)
+    assert got == [1, 2, 3, 4, 5]

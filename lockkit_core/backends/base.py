@@ -116,13 +116,17 @@ class Grant:
 class Lease:
     """What the admin layer shows about one held lock. ``key`` is the stored (namespaced) key;
     ``owner_hint`` is :func:`owner_hint` of the owner token, enough to tell holders apart but
-    useless for releasing."""
+    useless for releasing. ``started``: when the current holder got it, in seconds since the
+    epoch, by the store's clock where it has one (None where a record made before the store
+    kept it); ``waiters``: how many wait for it, where the store can count them cheaply."""
 
     key: str
     owner_hint: str
     token: int | None
     ttl_remaining: float | None
     holder: str | None = None
+    started: float | None = None
+    waiters: int | None = None
 
 
 class Waiter(ABC):
@@ -197,6 +201,19 @@ class Backend(ABC):
     def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
         self.url = url
         self.options = self.parse_options(url, options)
+
+    @classmethod
+    def variant(cls, url: LockURL, options: Mapping[str, Any]) -> type[Backend]:
+        """The class that serves ``url`` with ``options``: a store whose options pick another
+        kind of lock with capabilities of its own (``postgresql://?mode=advisory``) returns
+        that class; the rest return their own."""
+        return cls
+
+    @classmethod
+    def variants(cls) -> dict[str, type[Backend]]:
+        """The other classes :meth:`variant` may pick, by the URL query that picks them
+        (shown by ``lockkit backends``)."""
+        return {}
 
     def check_seconds(self, *names: str) -> None:
         """ConfigError for any of the options ``names`` given as anything but a positive number
@@ -322,7 +339,8 @@ class Backend(ABC):
         event loop; :class:`NotSupported` on a store that has none."""
         raise NotSupported(
             f"the {self.url.scheme}:// backend has no asyncio API yet (aacquire, async with); "
-            "use memory://, file:// or redis://, or the blocking API outside the event loop"
+            "use memory://, file://, redis://, zookeeper://, etcd://, postgresql:// or "
+            "sqlite://, or the blocking API outside the event loop"
         )
 
     def queue_first(self) -> bool:
@@ -335,31 +353,43 @@ class Backend(ABC):
         a session (ZooKeeper) keeps it to tell the holder when that session is lost."""
 
     # -- shared locks: read-write locks and semaphores (Capability.SHARED) ---------------------
+    #
+    # A place is a lease like a lock's, taken by the same acquire loop, watchdog and release
+    # (lockkit_core.shared presents these as the plain operations). ``mode`` is ``"read"``
+    # (shared with other readers) or ``"write"`` (exclusive) of a read-write lock, or
+    # ``"slot"``: one of ``limit`` places of a semaphore. Places are served first come, first
+    # served: an attempt by an owner with a waiter (``shared_waiter``) keeps its place in the
+    # queue; an attempt without one only looks, and never gets ahead of a queued owner.
 
-    def acquire_shared(
-        self, key: str, owner: str, mode: str, limit: int, timeout: float | None
-    ) -> int | None:
-        """Take a place on ``key`` for ``owner``, waiting up to ``timeout`` (None: forever).
-
-        ``mode`` is ``"read"`` (shared with other readers) or ``"write"`` (exclusive) of a
-        read-write lock, or ``"slot"``: one of ``limit`` places of a semaphore. Waiters are
-        served in arrival order. Returns the place's fencing token, None on timeout.
-        """
-        raise NotSupported(
-            f"the {self.url.scheme}:// backend has no read-write locks or semaphores"
-        )
+    def try_acquire_shared(self, key: str, owner: str, mode: str, limit: int, ttl: float) -> Grant:
+        """Take a place of ``mode`` on ``key`` for ``owner`` for ``ttl`` seconds if one is free
+        to it now (as :meth:`try_acquire`: an owner that holds one already has it renewed)."""
+        raise self._no_shared()
 
     def release_shared(self, key: str, owner: str, mode: str) -> bool:
         """Give up ``owner``'s place on ``key``; False if it no longer had one."""
-        raise NotSupported(
-            f"the {self.url.scheme}:// backend has no read-write locks or semaphores"
-        )
+        raise self._no_shared()
+
+    def extend_shared(self, key: str, owner: str, mode: str, ttl: float) -> bool:
+        """Reset the lease of ``owner``'s place on ``key`` to ``ttl`` seconds if it has one."""
+        raise self._no_shared()
+
+    def adopt_shared(self, key: str, owner: str, mode: str, ttl: float) -> Grant:
+        """Take over ``owner``'s place (as :meth:`adopt`): renewed, with its token."""
+        raise self._no_shared()
+
+    def shared_waiter(self, key: str, owner: str, mode: str, limit: int) -> Waiter:
+        """Queue ``owner`` for a place and be woken when it may have one (see :class:`Waiter`)."""
+        raise self._no_shared()
 
     def shared_holders(self, key: str, mode: str, limit: int) -> list[Lease]:
         """Who holds places on ``key`` now, in arrival order: the readers or the writer of a
         read-write lock (``mode`` ``"read"`` or ``"write"``), or the first ``limit`` of a
         semaphore (``"slot"``)."""
-        raise NotSupported(
+        raise self._no_shared()
+
+    def _no_shared(self) -> NotSupported:
+        return NotSupported(
             f"the {self.url.scheme}:// backend has no read-write locks or semaphores"
         )
 

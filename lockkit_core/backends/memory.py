@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import math
 import os
@@ -28,6 +29,7 @@ from ..py310 import wait_at_most
 from ..url import LockURL
 from .aio import AsyncOps, AsyncWaiter, LocalOps
 from .base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_hint
+from .memory_shared import MemoryPlaces
 
 __all__ = ["MemoryBackend"]
 
@@ -41,6 +43,7 @@ class _Entry:
 
     owner: str | None = None
     expires: float = 0.0
+    started: float = 0.0  #: when the owner got it (time.time(), for the admin views)
     token: int = 0
     #: bumped whenever the key may have become free to a waiter (release, force-release,
     #: the head of the queue leaving); a waiter that saw another value must not sleep
@@ -68,6 +71,8 @@ class _Store:
         #: the last token granted on any key: tokens of one key rise because all of them do
         self.fence = 0
         self.added = 0  #: entries made since the last sweep
+        #: the places of its read-write locks and semaphores
+        self.places = MemoryPlaces(self)
 
     def add(self, key: str, now: float) -> _Entry:
         # A sweep visits every entry, so it runs once per that many additions (and at least
@@ -108,6 +113,7 @@ class _Store:
             entry.queue.clear()
             entry.changes += 1
             self.settle(key, entry, now)
+        self.places.forget_waiters()
 
 
 _stores: dict[str, _Store] = {}
@@ -260,6 +266,7 @@ class MemoryBackend(Backend):
         | Capability.LIST
         | Capability.HAND_OFF
         | Capability.NO_LEASE
+        | Capability.SHARED
     )
     grade: ClassVar[Grade] = Grade.PROCESS
     #: new keys after which expired, unreleased leases are swept (or more, in a larger store)
@@ -289,6 +296,7 @@ class MemoryBackend(Backend):
                 entry.queue.popleft()
             store.fence += 1
             entry.owner = owner
+            entry.started = time.time()
             entry.expires = now + ttl
             entry.token = store.fence
             return Grant(True, entry.token)
@@ -323,6 +331,25 @@ class MemoryBackend(Backend):
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
         return _MemoryWaiter(self._store, key, owner, fair)
 
+    def try_acquire_shared(self, key: str, owner: str, mode: str, limit: int, ttl: float) -> Grant:
+        return self._store.places.try_acquire(_place_key(key, mode), owner, mode, limit, ttl)
+
+    def release_shared(self, key: str, owner: str, mode: str) -> bool:
+        return self._store.places.release(_place_key(key, mode), owner)
+
+    def extend_shared(self, key: str, owner: str, mode: str, ttl: float) -> bool:
+        return self._store.places.adopt(_place_key(key, mode), owner, ttl).acquired
+
+    def adopt_shared(self, key: str, owner: str, mode: str, ttl: float) -> Grant:
+        return self._store.places.adopt(_place_key(key, mode), owner, ttl)
+
+    def shared_waiter(self, key: str, owner: str, mode: str, limit: int) -> Waiter:
+        return self._store.places.waiter(_place_key(key, mode), owner, mode)
+
+    def shared_holders(self, key: str, mode: str, limit: int) -> list[Lease]:
+        places = self._store.places.holders(_place_key(key, mode), mode, limit)
+        return [dataclasses.replace(lease, key=key) for lease in places]
+
     def aio(self) -> AsyncOps:
         """Operations run inline (in-process and brief); waiters await an event."""
         return _MemoryOps(self)
@@ -330,7 +357,13 @@ class MemoryBackend(Backend):
     def _lease(self, key: str, entry: _Entry, now: float) -> Lease:
         assert entry.owner is not None
         return Lease(
-            key, owner_hint(entry.owner), entry.token, _left(entry.expires, now), "this process"
+            key,
+            owner_hint(entry.owner),
+            entry.token,
+            _left(entry.expires, now),
+            "this process",
+            started=entry.started,
+            waiters=entry.waiters,
         )
 
     def list(self, prefix: str) -> list[Lease]:
@@ -366,3 +399,8 @@ class MemoryBackend(Backend):
 def _left(expires: float, now: float) -> float | None:
     """Seconds left of a lease; None for a lock held without one."""
     return None if math.isinf(expires) else expires - now
+
+
+def _place_key(key: str, mode: str) -> str:
+    """A read-write lock's places (read and write) and a semaphore's live apart."""
+    return ("s:" if mode == "slot" else "rw:") + key

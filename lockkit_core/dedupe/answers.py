@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Final
 
+from .. import observe
+from ..observe import Labels
 from .errors import TaskLocked
 
 __all__ = ["REASONS", "Duplicate", "duplicate_counts"]
@@ -68,15 +70,39 @@ class Duplicate:
         """The :class:`TaskLocked` to raise for this duplicate."""
         return TaskLocked(self.key, self.original, self.message(why), self.countdown)
 
-    def report(self, log: logging.Logger) -> None:
-        """Count it and log it on ``log`` (the adapter's logger)."""
+    def action(self, on_duplicate: str) -> str:
+        """What the adapters do with it under ``on_duplicate``: ``drop`` a finished copy,
+        ``defer`` a running one, else ``retry``, ``raise``, or ``skip`` (answered with the
+        original task; ``raise`` when there is none to answer with)."""
+        if self.reason == "finished":
+            return "drop"
+        if self.reason == "running":
+            return "defer"
+        if on_duplicate == "retry" and self.reason in ("busy", "enqueued"):
+            return "retry"
+        if on_duplicate == "raise" or self.original is None:
+            return "raise"
+        return "skip"
+
+    def report(self, log: logging.Logger, on_duplicate: str, labels: Labels) -> None:
+        """Count it (also as ``lockkit.task.duplicates`` with the action ``on_duplicate``
+        leads to, on metrics labelled ``labels``: the kit's) and log it on ``log`` (the
+        adapter's logger)."""
         with _counts_lock:
             _counts[(self.task_name, self.reason)] += 1
-        log.info(
-            "duplicate %s of task %s (key %s, id %s): original task id %s",
+        action = self.action(on_duplicate)
+        observe.duplicate(labels.common, self.task_name, self.reason, action)
+        observe.event(
+            log,
+            logging.INFO,
+            "duplicate",
+            self.key,
+            "duplicate %s of task %s (key %r, id %s): original task id %s; %s",
             self.reason,
             self.task_name,
             self.key,
             self.task_id or "-",
             self.original or "unknown",
+            action,
+            task_id=self.task_id or self.original,
         )

@@ -29,7 +29,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from .. import lease
+from .. import lease, observe
 from ..errors import LockError, LockNotOwned
 from ..lock import Lock, new_owner_token
 from .answers import Duplicate
@@ -92,7 +92,9 @@ class RunGuard:
             try:
                 self.records.mark_finished(self.task_id, self.opts.remember)
             except LockError as exc:  # the result stands; only a late copy is not dropped
-                log.warning("task %s could not be marked finished: %s", self.task_id, exc)
+                observe.event(log, logging.WARNING, "mark_failed", self.key,
+                              "task %s (key %r) could not be marked finished: %s",
+                              self.task_id, self.key, exc, task_id=self.task_id)  # fmt: skip
 
     def _finished_marker(self) -> tuple[str, str, float] | None:
         """The finished record for :meth:`ended`'s batch, unless it was written already."""
@@ -109,7 +111,7 @@ class RunGuard:
                 lock.hand_off(lease)
             self.key_lock = self.id_lock = None
         except LockError as exc:
-            log.warning("task %s (key %s): %s", self.task_id, self.key, exc)
+            self._failed("hand_off_failed", exc)
         finally:
             self._release([*self._key_locks(), self.run])
 
@@ -142,13 +144,17 @@ class RunGuard:
                 [(hold.full_key, hold.owner) for hold, _ in held], marker
             )
         except LockError as exc:  # an error on the way out is the one to report
-            log.warning("task %s (key %s): %s", self.task_id, self.key, exc)
+            self._failed("release_failed", exc)
             return
         for (hold, was_lost), released in zip(held, answers, strict=True):
             try:
                 hold.settle(released, was_lost=was_lost)
             except LockError as exc:
-                log.warning("task %s (key %s): %s", self.task_id, self.key, exc)
+                self._failed("lost", exc)
+
+    def _failed(self, event: str, exc: LockError) -> None:
+        observe.event(log, logging.WARNING, event, self.key, "task %s (key %r): %s",
+                      self.task_id, self.key, exc, task_id=self.task_id)  # fmt: skip
 
 
 def try_lock(lock: Lock, wait: float) -> bool:
@@ -179,7 +185,9 @@ def start_run(
         claim = kit.lock(
             run.key, owner=new_owner_token(), ttl=opts.ttl, auto_renew=True, reentrant=False
         )
-        handle = kit.lock(key, owner=owner, ttl=opts.ttl, auto_renew=True, reentrant=False)
+        handle = kit.lock(
+            key, owner=owner, ttl=opts.ttl, auto_renew=True, reentrant=False, template=task_name
+        )
         sent = time.monotonic()
         ran, kept = kit.backend.begin_run(
             claim.full_key, claim.owner or "", handle.full_key, owner, lease.on_store(opts.ttl)

@@ -174,7 +174,8 @@ class RequestRule:
 
     def _lock(self, context: GuardContext, key: str) -> tuple[Lock, float | None]:
         wait = context.settings.wait if self.wait is UNSET else self.wait
-        return context.kit.lock(key, ttl=self.ttl, reentrant=False), wait
+        template = self.key.template or getattr(self.key.func, "__qualname__", "callable")
+        return context.kit.lock(key, ttl=self.ttl, reentrant=False, template=template), wait
 
     def _failed(self, context: GuardContext, route: str, key: str, exc: BackendError) -> Outcome:
         if self.fail_open:

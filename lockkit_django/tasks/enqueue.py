@@ -139,7 +139,7 @@ def enqueue_locked(
                       once=opts.once is not None, derived=False, settle=SETTLE,
                       owner=owner_of(key, nonce))  # fmt: skip
     if isinstance(claim, Duplicate):
-        report_duplicate(task, claim)
+        report_duplicate(task, claim, opts.on_duplicate, store.kit.labels)
         if claim.reason == "enqueued" and opts.on_duplicate == "retry":
             return without_hidden(Task.enqueue(task, *args, **kwargs))  # the worker waits
         return _answer(task, claim, opts, (args, kwargs))  # type: ignore[no-any-return]

@@ -15,6 +15,7 @@ from typing import Any, Final
 from django.dispatch import Signal
 
 from lockkit_core.dedupe import Duplicate
+from lockkit_core.observe import Labels
 
 __all__ = ["report_duplicate", "task_duplicate"]
 
@@ -25,9 +26,10 @@ log = logging.getLogger("lockkit.django.tasks")
 task_duplicate: Final = Signal()
 
 
-def report_duplicate(task: Any, dup: Duplicate) -> None:
-    """Log, count and signal one duplicate."""
-    dup.report(log)
+def report_duplicate(task: Any, dup: Duplicate, on_duplicate: str, labels: Labels) -> None:
+    """Log, count and signal one duplicate (``on_duplicate``: the task's option;
+    ``labels``: its kit's, for the ``lockkit.task.duplicates`` metric)."""
+    dup.report(log, on_duplicate, labels)
     task_duplicate.send(
         sender=task, key=dup.key, task_id=dup.task_id, original_id=dup.original, reason=dup.reason
     )

@@ -72,9 +72,10 @@ def call_in_worker(
     owner = owner_of(key, nonce) if isinstance(nonce, str) else record.get("owner")
     if opts.on_duplicate == "retry":
         opts = dataclasses.replace(opts, wait=max(opts.wait, opts.enqueue_ttl))
-    got = start_run(records(), task.name, key, str(started.id), opts, owner, derived=False)
+    store = records()
+    got = start_run(store, task.name, key, str(started.id), opts, owner, derived=False)
     if isinstance(got, Duplicate):
-        report_duplicate(task, got)
+        report_duplicate(task, got, opts.on_duplicate, store.kit.labels)
         if opts.on_duplicate == "raise":
             raise got.error()
         return None

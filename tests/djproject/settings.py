@@ -70,6 +70,11 @@ DATABASES = {
     },
 }
 
+# DJPROJECT_DEFAULT=pg: the project's own database is the PostgreSQL the ``pg`` alias names
+# (the dedupe tests on ``django://default`` with the task rows and leases on PostgreSQL).
+if os.environ.get("DJPROJECT_DEFAULT") == "pg":
+    DATABASES["default"] = {**DATABASES["pg"], "OPTIONS": {}}
+
 # The pg alias holds no task tables (see routers.py).
 DATABASE_ROUTERS = ["djproject.routers.TasksOnDefault"]
 

@@ -8,11 +8,11 @@ caller's timeout plus one socket timeout, never a hang and never "busy". Options
 (or ``etcd://USER:PASSWORD@...``), ``tls``, ``ca_file``, ``cert_file``, ``key_file``.
 
 **Stored layout.** The lock on ``<key>`` (namespaced) is the record ``lockkit/l/<key>``, whose
-value is JSON ``{"owner": <owner id>, "ttl": <seconds>, "holder": "<host> pid <pid>"}`` (the
-owner *id* is the SHA-1 of the secret token, ``backends.base.owner_id``; the token itself never
-reaches the store), attached to a lease of the holder's own. Waiters queue as
-``lockkit/q/<sha1 of key>/<owner id>``, each on a short lease. A free key has no record and no
-queue entries: it costs nothing.
+value is JSON ``{"owner": <owner id>, "ttl": <seconds>, "holder": "<host> pid <pid>",
+"started": <epoch seconds of the grant, the holder's clock>}`` (the owner *id* is the SHA-1
+of the secret token, ``backends.base.owner_id``; the token itself never reaches the store),
+attached to a lease of the holder's own. Waiters queue as ``lockkit/q/<sha1 of key>/<owner
+id>``, each on a short lease. A free key has no record and no queue entries: it costs nothing.
 
 **Acquiring** is one transaction: if the record does not exist (and nobody queues
 before us) put it under our lease, else read it. The fencing token is the record's create

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
 import time
+import weakref
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...errors import BackendError, BackendUnavailable
 from ...url import LockURL
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
-from .client import LeaseNotFound, b64, unb64
+from .client import Call, LeaseNotFound, Steps, b64, unb64
 from .connection import gateway_client
 from .layout import (
     LOCKS,
@@ -27,6 +29,9 @@ from .leases import LEASE_MARGIN, Leases
 from .queue import WaitQueue
 from .txn import acquire_body
 from .waiter import WAIT_SLICE, EtcdWaiter
+
+if TYPE_CHECKING:
+    from .aio import EtcdOps
 
 __all__ = ["EtcdBackend"]
 
@@ -70,26 +75,36 @@ class EtcdBackend(Backend):
         self._holder = f"{socket.gethostname()} pid "
         self._held: dict[tuple[str, str], Held] = {}
         self._seen: dict[str, tuple[int, float]] = {}
+        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EtcdOps] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # -- locking ---------------------------------------------------------------------------------
 
-    def _value(self, owner: str, ttl: float) -> str:
-        return Record.value(owner_id(owner), ttl, self._holder + str(os.getpid()))
+    def _value(self, owner: str, ttl: float, started: float | None) -> str:
+        return Record.value(owner_id(owner), ttl, self._holder + str(os.getpid()), started)
 
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
-        self.leases.revoke_abandoned()
+        return self.client.run(self.attempt(key, owner, ttl))
+
+    def attempt(self, key: str, owner: str, ttl: float) -> Steps[Grant]:
+        """:meth:`try_acquire`'s requests and decisions (run blocking or on a loop)."""
+        yield from self.leases.revoke_abandoned()
         waiter = self.queue.get(key, owner)
-        lease = waiter.lock_lease(ttl) if waiter is not None else self.leases.grant(ttl)
+        if waiter is not None:
+            lease = yield from waiter.lock_lease(ttl)
+        else:
+            lease = yield from self.leases.grant(ttl)
         acquired = False
         reachable = True
         try:
             for _ in range(2):  # once more after taking over from a holder that stopped
-                if not self.leases.fit(lease, ttl):
-                    self.leases.revoke(lease.id)
-                    lease = self.leases.grant(ttl)
+                if not (yield from self.leases.fit(lease, ttl)):
+                    yield from self.leases.revoke(lease.id)
+                    lease = yield from self.leases.grant(ttl)
                     if waiter is not None:
                         waiter.lease = lease
-                grant, record = self._attempt(key, owner, ttl, lease, waiter)
+                grant, record = yield from self._attempt(key, owner, ttl, lease, waiter)
                 if grant is not None:
                     acquired = grant.acquired
                     return grant
@@ -97,18 +112,20 @@ class EtcdBackend(Backend):
                 left = self._unchanged_for(key, record)
                 if left > 0:
                     return Grant(False, retry_after=left)
-                self._take_over(key, record)
+                yield from self._take_over(key, record)
             return Grant(False, retry_after=None)
-        except BackendUnavailable:
-            reachable = False  # another round trip would cost the caller another timeout
+        except (BackendUnavailable, GeneratorExit):
+            # Another round trip would cost the caller another timeout; a caller that left
+            # (cancelled) makes none either: the revoker thread does it.
+            reachable = False
             raise
         finally:
             if not acquired and waiter is None:
-                self.leases.revoke(lease.id, reachable=reachable)
+                yield from self.leases.revoke(lease.id, reachable=reachable)
 
     def _attempt(
         self, key: str, owner: str, ttl: float, lease: LeaseRef, waiter: EtcdWaiter | None
-    ) -> tuple[Grant | None, Record | None]:
+    ) -> Steps[tuple[Grant | None, Record | None]]:
         """One create-if-absent transaction: a grant, or the busy record (None, record), or
         (``Grant(False)``, None) when the key is free but others queue before us."""
         lkey = lock_key(key)
@@ -121,14 +138,15 @@ class EtcdBackend(Backend):
             and waiter.queued_at is None
             and (waiter.failed or self.queue.has_lease)
         )
-        queue_lease = self.queue.lease().id if joining else None
+        queue_lease = (yield from self.queue.lease()).id if joining else None
         stale = self.queue.take_stale()
+        started = time.time()
 
         def body() -> dict[str, Any]:
             return acquire_body(
                 key,
                 owner_id(owner),
-                self._value(owner, ttl),
+                self._value(owner, ttl, started),
                 lease.id,
                 queued_at=waiter.queued_at if waiter is not None else None,
                 queue_lease=queue_lease,
@@ -137,17 +155,17 @@ class EtcdBackend(Backend):
 
         sent = time.monotonic()
         try:
-            answer = self.client.call("kv/txn", body(), f"acquire {key!r}")
+            answer = yield Call("kv/txn", body(), f"acquire {key!r}")
         except LeaseNotFound:
             if not joining:
                 raise
             # The last waiter here gave up and revoked the queue lease meanwhile.
             self.queue.drop_lease()
-            queue_lease = self.queue.lease().id
-            answer = self.client.call("kv/txn", body(), f"acquire {key!r}")
+            queue_lease = (yield from self.queue.lease()).id
+            answer = yield Call("kv/txn", body(), f"acquire {key!r}")
         revision = int(answer["header"]["revision"])
         if answer.get("succeeded"):
-            self._held[(key, owner)] = Held(lease, ttl)
+            self._held[(key, owner)] = Held(lease, ttl, started)
             self._seen.pop(lkey, None)
             return Grant(True, revision), None
         ranges = [r.get("response_range", {}) for r in answer.get("responses", [])]
@@ -167,16 +185,16 @@ class EtcdBackend(Backend):
         if record.owner == owner_id(owner):
             # Ours already: a retried request whose answer was lost. Renew it, under the
             # lease it has, and keep the token it got.
-            held = Held(LeaseRef(record.lease, 0, sent), ttl)
+            held = Held(LeaseRef(record.lease, 0, sent), ttl, record.started)
             self._held[(key, owner)] = held
             if waiter is not None and waiter.queued_at is not None:
-                self.client.call("kv/deleterange", {"key": b64(mine)}, f"leave {key!r}'s queue")
+                yield Call("kv/deleterange", {"key": b64(mine)}, f"leave {key!r}'s queue")
                 waiter.queued_at = None
             if record.lease != lease.id:
-                self.leases.revoke(lease.id)
+                yield from self.leases.revoke(lease.id)
                 if waiter is not None:
                     waiter.lease = held.lease
-            token = self._renew(key, owner, held, ttl, record.lease)
+            token = yield from self._renew(key, owner, held, ttl, record.lease)
             return Grant(token is not None, token), None
         return None, record
 
@@ -195,11 +213,11 @@ class EtcdBackend(Backend):
             return record.ttl
         return record.ttl - (now - seen[1])
 
-    def _take_over(self, key: str, record: Record) -> bool:
+    def _take_over(self, key: str, record: Record) -> Steps[bool]:
         """Delete a record whose holder let its ttl pass, unless it changed meanwhile; its
         lease is revoked so the old holder's next renewal fails."""
         lkey = lock_key(key)
-        answer = self.client.call(
+        answer = yield Call(
             "kv/txn",
             {
                 "compare": [
@@ -217,21 +235,25 @@ class EtcdBackend(Backend):
         self._seen.pop(lkey, None)
         if not answer.get("succeeded"):
             return False
-        log.info("took %s over from a holder that let its %g s ttl pass", key, record.ttl)
-        self.leases.revoke(record.lease)
+        log.info("took %r over from a holder that let its %g s ttl pass", key, record.ttl)
+        yield from self.leases.revoke(record.lease)
         return True
 
-    def _renew(self, key: str, owner: str, held: Held, ttl: float, lease_id: int) -> int | None:
+    def _renew(
+        self, key: str, owner: str, held: Held, ttl: float, lease_id: int
+    ) -> Steps[int | None]:
         """Rewrite the record of a lock we hold (its ttl, a new revision for observers) if it
         is still under ``lease_id``, and return its token; None if it is not ours any more.
         The record moves to a new lease when ``ttl`` outgrew the one it has."""
         lkey = lock_key(key)
         lease = held.lease
-        if lease.ttl == 0 and not self.leases.keep_alive(lease):  # a lease we did not grant
-            self._held.pop((key, owner), None)
+        if lease.ttl == 0 and not (yield from self.leases.keep_alive(lease)):
+            self._held.pop((key, owner), None)  # a lease we did not grant, and gone
             return None
-        moved = self.leases.grant(ttl) if lease.ttl < ttl + 2 * LEASE_MARGIN else None
-        answer = self.client.call(
+        moved = None
+        if lease.ttl < ttl + 2 * LEASE_MARGIN:
+            moved = yield from self.leases.grant(ttl)
+        answer = yield Call(
             "kv/txn",
             {
                 "compare": [
@@ -241,7 +263,7 @@ class EtcdBackend(Backend):
                     {
                         "request_put": {
                             "key": b64(lkey),
-                            "value": self._value(owner, ttl),
+                            "value": self._value(owner, ttl, held.started),
                             "lease": (moved or lease).id,
                         }
                     },
@@ -252,46 +274,50 @@ class EtcdBackend(Backend):
         )
         if not answer.get("succeeded"):
             if moved is not None:
-                self.leases.revoke(moved.id)
+                yield from self.leases.revoke(moved.id)
             self._held.pop((key, owner), None)
             return None
         if moved is not None:
-            self.leases.revoke(lease_id)
+            yield from self.leases.revoke(lease_id)
             held.lease = moved
         held.ttl = ttl
-        if not self.leases.fit(held.lease, ttl):
+        if not (yield from self.leases.fit(held.lease, ttl)):
             self._held.pop((key, owner), None)
             return None
         kvs = answer["responses"][1].get("response_range", {}).get("kvs") or [{}]
         return int(kvs[0].get("create_revision", 0)) or None
 
-    def _read(self, key: str) -> Record | None:
-        answer = self.client.call("kv/range", {"key": b64(lock_key(key))}, f"read the lock {key!r}")
+    def _read(self, key: str) -> Steps[Record | None]:
+        answer = yield Call("kv/range", {"key": b64(lock_key(key))}, f"read the lock {key!r}")
         kvs = answer.get("kvs") or []
         return Record.parse(kvs[0]) if kvs else None
 
-    def _mine(self, key: str, owner: str) -> tuple[Held, int] | None:
+    def _mine(self, key: str, owner: str) -> Steps[tuple[Held, int] | None]:
         """Our hold on ``key`` and its lease id: from memory, or read from the store for an
         owner token that came from elsewhere."""
         held = self._held.get((key, owner))
         if held is not None:
             return held, held.lease.id
-        record = self._read(key)
+        record = yield from self._read(key)
         if record is None or record.owner != owner_id(owner):
             return None
-        held = Held(LeaseRef(record.lease, 0, 0.0), record.ttl)
+        held = Held(LeaseRef(record.lease, 0, 0.0), record.ttl, record.started)
         return held, record.lease
 
     def release(self, key: str, owner: str) -> bool:
+        return self.client.run(self.releasing(key, owner))
+
+    def releasing(self, key: str, owner: str) -> Steps[bool]:
+        """:meth:`release`'s requests and decisions."""
         # Revoking our lease deletes the record with it, in one write. Whoever takes the key
         # over or force-releases it revokes our lease, so a lease that is gone means the
         # record was no longer ours.
-        found = self._mine(key, owner)
+        found = yield from self._mine(key, owner)
         if found is None:
             return False
         self._held.pop((key, owner), None)
         try:
-            self.client.call("lease/revoke", {"ID": found[1]}, f"release {key!r}")
+            yield Call("lease/revoke", {"ID": found[1]}, f"release {key!r}")
         except LeaseNotFound:
             return False
         return True
@@ -300,13 +326,18 @@ class EtcdBackend(Backend):
         return self.adopt(key, owner, ttl).acquired
 
     def adopt(self, key: str, owner: str, ttl: float) -> Grant:
-        self.leases.revoke_abandoned()  # renewals come here: a kit that only holds cleans up
-        found = self._mine(key, owner)
+        return self.client.run(self.adopting(key, owner, ttl))
+
+    def adopting(self, key: str, owner: str, ttl: float) -> Steps[Grant]:
+        """:meth:`adopt`'s (and :meth:`extend`'s) requests and decisions."""
+        # Renewals come here: a kit that only holds cleans up too.
+        yield from self.leases.revoke_abandoned()
+        found = yield from self._mine(key, owner)
         if found is None:
             return Grant(False)
         held, lease_id = found
         self._held[(key, owner)] = held
-        token = self._renew(key, owner, held, ttl, lease_id)
+        token = yield from self._renew(key, owner, held, ttl, lease_id)
         return Grant(False) if token is None else Grant(True, token)
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
@@ -314,6 +345,17 @@ class EtcdBackend(Backend):
         made = EtcdWaiter(self, key, owner)
         self.queue.register(key, owner, made)
         return made
+
+    def aio(self) -> EtcdOps:
+        """The same plans of requests over asyncio streams of the running loop (one pool of
+        connections per loop, made on first use); watches read on the loop."""
+        from .aio import EtcdOps
+
+        loop = asyncio.get_running_loop()
+        ops = self._aio.get(loop)
+        if ops is None:
+            ops = self._aio[loop] = EtcdOps(self)
+        return ops
 
     def queue_first(self) -> bool:
         # The waiter grants the lease its attempts use, so registering first costs nothing.
@@ -341,6 +383,7 @@ class EtcdBackend(Backend):
             token=record.create_revision,
             ttl_remaining=record.ttl if left is None else min(left, record.ttl),
             holder=record.holder,
+            started=record.started,
         )
 
     def list(self, prefix: str) -> list[Lease]:
@@ -357,15 +400,15 @@ class EtcdBackend(Backend):
         return sorted(leases, key=lambda lease: lease.key)
 
     def info(self, key: str) -> Lease | None:
-        record = self._read(key)
+        record = self.client.run(self._read(key))
         return self._lease(key, record) if record is not None else None
 
     def force_release(self, key: str) -> bool:
         for _ in range(3):
-            record = self._read(key)
+            record = self.client.run(self._read(key))
             if record is None:
                 return False
-            if self._take_over(key, record):
+            if self.client.run(self._take_over(key, record)):
                 return True
         return False
 

@@ -18,12 +18,28 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Generator, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from ...errors import BackendError, BackendUnavailable
+from ...sansio import run
 
-__all__ = ["Endpoint", "GatewayClient", "LeaseNotFound", "b64", "unb64"]
+__all__ = [
+    "Call",
+    "Endpoint",
+    "GatewayClient",
+    "Join",
+    "LeaseNotFound",
+    "Refused",
+    "Steps",
+    "TokenExpired",
+    "b64",
+    "unb64",
+]
+
+T = TypeVar("T")
 
 Endpoint = tuple[str, int]
 
@@ -36,6 +52,30 @@ _INVALID_AUTH_TOKEN = "invalid auth token"  # noqa: S105 - an error text, not a 
 
 class LeaseNotFound(BackendError):
     """The lease named in a request no longer exists on the store (expired or revoked)."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One gateway request, as a step of a plan: ``POST /v3/<path>`` with ``body``; the
+    step's outcome is the decoded answer (:meth:`GatewayClient.call`)."""
+
+    path: str
+    body: Mapping[str, Any]
+    what: str
+
+
+@dataclass(frozen=True)
+class Join:
+    """A step: wait for another caller's request on its way (``future``, set from whichever
+    thread or loop made it); its outcome is the future's result."""
+
+    future: Future[Any]
+
+
+#: the etcd operations, written once as plans of :class:`Call` steps (and the waiter's watch
+#: steps; see :mod:`lockkit_core.sansio`): :meth:`GatewayClient.run` makes them blocking,
+#: :mod:`.aio` on an event loop
+Steps = Generator[Any, Any, T]
 
 
 def b64(text: str | bytes) -> str:
@@ -122,6 +162,20 @@ class GatewayClient:
 
     # -- requests --------------------------------------------------------------------------------
 
+    def run(self, steps: Steps[T]) -> T:
+        """Run a plan of :class:`Call` steps, blocking."""
+        return run(steps, self.perform)
+
+    def perform(self, step: Any) -> Any:
+        """One step of a plan, blocking: a :class:`Call`, or a waiter's watch step."""
+        if isinstance(step, Call):
+            return self.call(step.path, step.body, step.what)
+        if isinstance(step, Join):
+            return step.future.result()  # bounded by the other caller's own time budget
+        from .watch import perform_watch_step  # the watch builds on this client
+
+        return perform_watch_step(self, step)
+
     def call(self, path: str, body: Mapping[str, Any], what: str) -> dict[str, Any]:
         """``POST /v3/<path>`` and return the decoded answer; see the module docstring for
         how members are tried. ``what`` names the operation in errors."""
@@ -130,7 +184,7 @@ class GatewayClient:
             self._authenticate(deadline, what)
         try:
             return self._call(path, body, what, deadline)
-        except _TokenExpired:
+        except TokenExpired:
             self._authenticate(deadline, what)
             return self._call(path, body, what, deadline)
 
@@ -145,55 +199,86 @@ class GatewayClient:
                 break
             try:
                 answer = self._request(endpoint, path, payload, remaining)
-            except _Refused as exc:
+            except Refused as exc:
                 failures.append(f"{endpoint[0]}:{endpoint[1]}: {exc}")
                 self._skip(endpoint)
                 continue
             except (TimeoutError, OSError, http.client.HTTPException) as exc:
-                self._skip(endpoint)
-                raise BackendUnavailable(
-                    f"etcd at {self.describe} ({endpoint[0]}:{endpoint[1]}) did not answer "
-                    f"within {self.timeout:g} s to {what}: {exc!r}"
-                ) from exc
-            status, data = answer
-            if status == 200:
-                decoded: dict[str, Any] = json.loads(data)
+                raise self.silent(endpoint, what, exc) from exc
+            decoded = self.answer(endpoint, what, *answer, failures)
+            if decoded is not None:
                 return decoded
-            error = _decode_error(data)
-            message = str(error.get("message") or error.get("error") or data[:200])
-            code = error.get("code")
-            if code == _UNAVAILABLE:
-                failures.append(f"{endpoint[0]}:{endpoint[1]}: {message}")
-                self._skip(endpoint)
-                continue
-            if _INVALID_AUTH_TOKEN in message and self._credentials is not None:
-                raise _TokenExpired(message)
-            if code in (_UNAUTHENTICATED, _PERMISSION_DENIED) or any(
-                words in message for words in ("auth", "user name is empty", "permission")
-            ):
-                raise BackendUnavailable(
-                    f"etcd at {self.describe} refused our credentials to {what}: {message}; "
-                    "give a user allowed to use the lockkit/ keys and leases as "
-                    "etcd://USER:PASSWORD@host:2379"
-                )
-            if "lease not found" in message:
-                raise LeaseNotFound(f"etcd at {self.describe} failed to {what}: {message}")
-            raise BackendError(f"etcd at {self.describe} failed to {what}: {message}")
-        raise BackendUnavailable(
+        raise self.unreachable(what, failures)
+
+    def silent(self, endpoint: Endpoint, what: str, exc: BaseException) -> BackendUnavailable:
+        """The error for a member that took the request but did not answer in time; the
+        next request starts at the next member."""
+        self._skip(endpoint)
+        return BackendUnavailable(
+            f"etcd at {self.describe} ({endpoint[0]}:{endpoint[1]}) did not answer "
+            f"within {self.timeout:g} s to {what}: {exc!r}"
+        )
+
+    def unreachable(self, what: str, failures: list[str]) -> BackendUnavailable:
+        """The error once no member took the request within the time budget."""
+        return BackendUnavailable(
             f"cannot reach etcd at {self.describe} to {what} within {self.timeout:g} s: "
             + ("; ".join(failures) or "no time left")
         )
 
+    def answer(
+        self, endpoint: Endpoint, what: str, status: int, data: bytes, failures: list[str]
+    ) -> dict[str, Any] | None:
+        """Read a member's answer: the decoded body, None to ask the next member (noted in
+        ``failures``), or the error to raise (see the module docstring)."""
+        if status == 200:
+            decoded: dict[str, Any] = json.loads(data)
+            return decoded
+        error = _decode_error(data)
+        message = str(error.get("message") or error.get("error") or data[:200])
+        code = error.get("code")
+        if code == _UNAVAILABLE:
+            failures.append(f"{endpoint[0]}:{endpoint[1]}: {message}")
+            self._skip(endpoint)
+            return None
+        if _INVALID_AUTH_TOKEN in message and self._credentials is not None:
+            raise TokenExpired(message)
+        if code in (_UNAUTHENTICATED, _PERMISSION_DENIED) or any(
+            words in message for words in ("auth", "user name is empty", "permission")
+        ):
+            raise BackendUnavailable(
+                f"etcd at {self.describe} refused our credentials to {what}: {message}; "
+                "give a user allowed to use the lockkit/ keys and leases as "
+                "etcd://USER:PASSWORD@host:2379"
+            )
+        if "lease not found" in message:
+            raise LeaseNotFound(f"etcd at {self.describe} failed to {what}: {message}")
+        raise BackendError(f"etcd at {self.describe} failed to {what}: {message}")
+
+    @property
+    def credentials(self) -> tuple[str, str] | None:
+        """The user and password to log in with, if any."""
+        return self._credentials
+
+    def logged_in(self, answer: dict[str, Any] | None) -> None:
+        """Keep the token of an ``auth/authenticate`` answer (None: forget the old one)."""
+        self._token = None if answer is None else str(answer["token"])
+
+    @property
+    def needs_login(self) -> bool:
+        """True when requests need a token we do not have yet."""
+        return self._credentials is not None and self._token is None
+
     def _request(
         self, endpoint: Endpoint, path: str, payload: bytes, timeout: float
     ) -> tuple[int, bytes]:
-        """One request to one member. ``_Refused`` when the request never reached it (so
+        """One request to one member. ``Refused`` when the request never reached it (so
         another member may be asked); other errors when it may have."""
         for attempt in (0, 1):
             try:
                 conn, reused = self._take(endpoint, min(timeout, self.connect_timeout))
             except (ConnectionError, TimeoutError, OSError) as exc:
-                raise _Refused(repr(exc)) from exc
+                raise Refused(repr(exc)) from exc
             try:
                 if conn.sock is not None:
                     conn.sock.settimeout(timeout)
@@ -233,11 +318,11 @@ class GatewayClient:
             conn.close()
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """The request did not reach the member: try the next one."""
 
 
-class _TokenExpired(Exception):
+class TokenExpired(Exception):
     """The auth token expired: log in again and repeat the request once."""
 
 

@@ -64,11 +64,16 @@ class Record:
     create_revision: int
     mod_revision: int
     lease: int
+    #: when the holder got it (epoch s, the holder's clock: etcd's KV keeps no time)
+    started: float | None = None
 
     @staticmethod
-    def value(owner_id: str, ttl: float, holder: str) -> str:
+    def value(owner_id: str, ttl: float, holder: str, started: float | None) -> str:
         """The stored value, base64-encoded for a request."""
-        return b64(json.dumps({"owner": owner_id, "ttl": ttl, "holder": holder}))
+        doc: dict[str, Any] = {"owner": owner_id, "ttl": ttl, "holder": holder}
+        if started is not None:
+            doc["started"] = round(started, 3)
+        return b64(json.dumps(doc))
 
     @classmethod
     def parse(cls, kv: dict[str, Any]) -> Record:
@@ -80,6 +85,7 @@ class Record:
         if not isinstance(data, dict):
             data = {}
         ttl = data.get("ttl")
+        started = data.get("started")
         return cls(
             owner=str(data.get("owner", "")),
             ttl=float(ttl) if isinstance(ttl, int | float) and ttl > 0 else 30.0,
@@ -87,6 +93,7 @@ class Record:
             create_revision=int(kv.get("create_revision", 0)),
             mod_revision=int(kv.get("mod_revision", 0)),
             lease=int(kv.get("lease", 0)),
+            started=float(started) if isinstance(started, int | float) and started > 0 else None,
         )
 
 
@@ -108,3 +115,4 @@ class Held:
 
     lease: LeaseRef
     ttl: float
+    started: float | None = None  #: kept in the record by every renewal

@@ -9,7 +9,7 @@ import threading
 import time
 
 from ...errors import BackendError, BackendUnavailable
-from .client import GatewayClient, LeaseNotFound
+from .client import Call, GatewayClient, LeaseNotFound, Steps
 from .layout import LeaseRef
 
 __all__ = ["ABANDONED_MAX", "LEASE_MARGIN", "RETRY", "Leases"]
@@ -38,31 +38,31 @@ class Leases:
         self._revoker: threading.Thread | None = None
         self._closed = threading.Event()
 
-    def grant(self, ttl: float) -> LeaseRef:
+    def grant(self, ttl: float) -> Steps[LeaseRef]:
         """A new lease that outlasts ``ttl`` by at least ``LEASE_MARGIN`` when it is used
         (etcd counts whole seconds, and raises short ones to its minimum, about 2 s)."""
         sent = time.monotonic()
-        answer = self.client.call("lease/grant", {"TTL": math.ceil(ttl) + 2}, "grant a lease")
+        answer = yield Call("lease/grant", {"TTL": math.ceil(ttl) + 2}, "grant a lease")
         granted = int(answer["TTL"])
         return LeaseRef(int(answer["ID"]), granted, sent + granted)
 
-    def keep_alive(self, lease: LeaseRef) -> bool:
+    def keep_alive(self, lease: LeaseRef) -> Steps[bool]:
         """Renew ``lease`` to its granted TTL; False if it is gone."""
         sent = time.monotonic()
-        answer = self.client.call("lease/keepalive", {"ID": lease.id}, "keep a lease alive")
+        answer = yield Call("lease/keepalive", {"ID": lease.id}, "keep a lease alive")
         ttl = int(answer.get("result", {}).get("TTL", 0))
         if ttl <= 0:
             return False
         lease.ttl, lease.until = ttl, sent + ttl
         return True
 
-    def fit(self, lease: LeaseRef, ttl: float) -> bool:
+    def fit(self, lease: LeaseRef, ttl: float) -> Steps[bool]:
         """Make sure ``lease`` outlasts ``ttl`` from now; False if it is gone."""
         if lease.left() >= ttl + LEASE_MARGIN:
             return True
-        return self.keep_alive(lease) and lease.left() >= ttl + LEASE_MARGIN
+        return (yield from self.keep_alive(lease)) and lease.left() >= ttl + LEASE_MARGIN
 
-    def revoke(self, lease_id: int, *, reachable: bool = True) -> None:
+    def revoke(self, lease_id: int, *, reachable: bool = True) -> Steps[None]:
         """Revoke a lease we no longer need (its keys go with it). When the store has just
         failed we make no round trip: the lease is revoked by :meth:`revoke_abandoned`."""
         if not lease_id:
@@ -77,9 +77,9 @@ class Leases:
                     self._revoker.start()
             return
         with contextlib.suppress(LeaseNotFound):  # expired or revoked already
-            self.client.call("lease/revoke", {"ID": lease_id}, "revoke a lease")
+            yield Call("lease/revoke", {"ID": lease_id}, "revoke a lease")
 
-    def revoke_abandoned(self) -> None:
+    def revoke_abandoned(self) -> Steps[None]:
         """Revoke the leases given up in an outage; those it cannot reach stay for the next
         try. A thread does so every :data:`RETRY` seconds until none is left, so a kit that
         makes no other call frees them too; operations call it first as well."""
@@ -88,14 +88,14 @@ class Leases:
                 if not self._abandoned:
                     return
                 lease_id = self._abandoned[0]
-            self.revoke(lease_id)  # raises while the store is still out of reach
+            yield from self.revoke(lease_id)  # raises while the store is still out of reach
             with self._lock, contextlib.suppress(ValueError):
                 self._abandoned.remove(lease_id)
 
     def _revoke_in_background(self) -> None:
         while not self._closed.is_set():
             try:
-                self.revoke_abandoned()
+                self.client.run(self.revoke_abandoned())
             except BackendUnavailable:
                 pass  # still out of reach: try again in a while
             except BackendError as exc:  # the lease then ends by itself

@@ -22,9 +22,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..base import Grant, Waiter
-from .client import b64, unb64
+from .client import Call, Steps, b64, unb64
 from .layout import LeaseRef, lock_key
-from .watch import Watch
+from .watch import NextEvents, OpenWatch, Pause
 
 if TYPE_CHECKING:
     from .backend import EtcdBackend
@@ -53,10 +53,10 @@ class EtcdWaiter(Waiter):
         self.failed = False  #: an attempt failed: the next one joins the queue
         self._closed = False
 
-    def lock_lease(self, ttl: float) -> LeaseRef:
+    def lock_lease(self, ttl: float) -> Steps[LeaseRef]:
         """The lease the next attempt puts under the record, granted on first use."""
         if self.lease is None:
-            self.lease = self._backend.leases.grant(ttl)
+            self.lease = yield from self._backend.leases.grant(ttl)
         return self.lease
 
     def joined(
@@ -92,32 +92,35 @@ class EtcdWaiter(Waiter):
         self._queue_revision = revision
 
     def wait(self, timeout: float) -> Grant | None:
+        return self._backend.client.run(self.waiting(timeout))
+
+    def waiting(self, timeout: float) -> Steps[Grant | None]:
+        """:meth:`wait`'s requests and decisions (run blocking or on a loop)."""
         timeout = min(timeout, WAIT_SLICE)
         deadline = time.monotonic() + timeout
         backend = self._backend
         if self.queued_at is None or self._queue_lease_id is None or self._look_again:
             self._look_again = False
             return None  # the next attempt joins the queue, or finds our predecessor
-        if not backend.queue.alive(self._queue_lease_id):
+        if not (yield from backend.queue.alive(self._queue_lease_id)):
             self.queued_at = self._queue_lease_id = None
             return None
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return None
-        self._watch(self._predecessor or lock_key(self._key), deadline)
+        yield from self._watch(self._predecessor or lock_key(self._key), deadline)
         return None
 
-    def _watch(self, watched: str, deadline: float) -> None:
+    def _watch(self, watched: str, deadline: float) -> Steps[None]:
         """Return when ``watched`` is deleted, or at ``deadline``."""
-        backend = self._backend
-        watch = Watch(backend.client, watched, deadline - time.monotonic())
+        watch = yield OpenWatch(watched, deadline - time.monotonic())
         try:
             if watch.broken:  # no member took the watch: wait as a fallback would
-                time.sleep(max(0.0, min(0.05, deadline - time.monotonic())))
+                yield Pause(max(0.0, min(0.05, deadline - time.monotonic())))
                 return
             # The watch sees deletes after its own revision; one read closes the gap since
             # our last look: if the key is gone already, there is nothing to wait for.
-            answer = backend.client.call(
+            answer = yield Call(
                 "kv/range",
                 {"key": b64(watched), "count_only": True},
                 f"look at {self._key!r}",
@@ -126,7 +129,7 @@ class EtcdWaiter(Waiter):
                 return
             while True:
                 remaining = deadline - time.monotonic()
-                events = watch.next_events(remaining) if remaining > 0 else []
+                events = (yield NextEvents(watch, remaining)) if remaining > 0 else []
                 if not events or any(event.get("type") == "DELETE" for event in events):
                     return  # deleted, time is up, or the stream ended: ask the store again
                 # The holder renewing (a PUT): keep waiting.
@@ -134,13 +137,17 @@ class EtcdWaiter(Waiter):
             watch.close()
 
     def close(self, acquired: bool, *, reachable: bool = True) -> None:
+        self._backend.client.run(self.leaving(acquired, reachable))
+
+    def leaving(self, acquired: bool, reachable: bool) -> Steps[None]:
+        """:meth:`close`'s requests: leave the queue, and give back the unused lease."""
         if self._closed:
             return
         self._closed = True
         backend = self._backend
         # A winning transaction deleted our queue entry already.
-        backend.queue.closed(
+        yield from backend.queue.closed(
             self._key, self._owner, self.queued_at is not None, acquired, reachable
         )
         if not acquired and self.lease is not None:
-            backend.leases.revoke(self.lease.id, reachable=reachable)
+            yield from backend.leases.revoke(self.lease.id, reachable=reachable)

@@ -16,11 +16,67 @@ import contextlib
 import http.client
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from .client import GatewayClient, b64
 
-__all__ = ["Watch"]
+__all__ = ["NextEvents", "OpenWatch", "Pause", "Watch", "interpret", "perform_watch_step"]
+
+
+@dataclass(frozen=True)
+class OpenWatch:
+    """A waiter's step: open a watch on ``key`` within ``timeout``; its outcome is the watch
+    (:class:`Watch`, or its asyncio twin in ``.aio``), ``broken`` if no member took it."""
+
+    key: str
+    timeout: float
+
+
+@dataclass(frozen=True)
+class NextEvents:
+    """A waiter's step: ``watch.next_events(timeout)``."""
+
+    watch: Any
+    timeout: float
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A waiter's step: sleep ``seconds`` (the fallback when no watch could be opened)."""
+
+    seconds: float
+
+
+def perform_watch_step(client: GatewayClient, step: Any) -> Any:
+    """One of the waiter's watch steps, blocking."""
+    if isinstance(step, OpenWatch):
+        return Watch(client, step.key, step.timeout)
+    if isinstance(step, NextEvents):
+        return step.watch.next_events(step.timeout)
+    assert isinstance(step, Pause), step
+    if step.seconds > 0:
+        time.sleep(step.seconds)
+    return None
+
+
+def interpret(line: bytes) -> tuple[str, Any]:
+    """What one line of a watch stream says: ``("created", revision)``, ``("events",
+    [...])``, ``("end", None)`` (the stream is over: an error, a cancel, a compaction past our
+    revision) or ``("nothing", None)`` (a line to skip)."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return "nothing", None
+    result = message.get("result") if isinstance(message, dict) else None
+    if not isinstance(result, dict):
+        return "end", None  # an error line: the stream is over
+    if result.get("created"):
+        return "created", int(result.get("header", {}).get("revision", 0))
+    if result.get("canceled") or result.get("compact_revision"):
+        return "end", None  # compacted past our revision: look again
+    events = result.get("events")
+    return ("events", list(events)) if events else ("nothing", None)
 
 
 class Watch:
@@ -79,23 +135,15 @@ class Watch:
             if not line:
                 self.close()
                 return None
-            try:
-                message = json.loads(line)
-            except ValueError:
-                continue
-            result = message.get("result") if isinstance(message, dict) else None
-            if not isinstance(result, dict):
-                self.close()  # an error line: the stream is over
+            kind, value = interpret(line)
+            if kind == "end":
+                self.close()
                 return None
-            if result.get("created"):
-                self.revision = int(result.get("header", {}).get("revision", 0))
+            if kind == "created":
+                self.revision = value
                 return []
-            if result.get("canceled") or result.get("compact_revision"):
-                self.close()  # compacted past our revision: look again
-                return None
-            events = result.get("events")
-            if events:
-                return list(events)
+            if kind == "events":
+                return value  # type: ignore[no-any-return]
         return None
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ from ...url import LockURL
 from ..aio import AsyncOps, AsyncWaiter, LocalOps
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter
 from .grant import Grants, lease
+from .places import FilePlaces
 from .queue import AsyncFileWaiter, FileWaiter
 from .record import Entry, NotARecord
 from .store import RecordStore, Slot, default_directory, peek
@@ -46,6 +47,7 @@ class FileBackend(Backend):
         | Capability.LIST
         | Capability.HAND_OFF
         | Capability.NO_LEASE
+        | Capability.SHARED
     )
     grade: ClassVar[Grade] = Grade.SINGLE_NODE
 
@@ -60,6 +62,8 @@ class FileBackend(Backend):
         #: (key, owner) -> the waiter of a blocking caller: its attempts join the queue
         self._queued: dict[tuple[str, str], FileWaiter] = {}
         self._bells = Bells()
+        #: read-write locks and semaphores (.places)
+        self.places = FilePlaces(self.directory, self._store.fences, self._store)
         self.waited_at = -QUEUE_FIRST  # when a caller of this process last queued
         _backends.add(self)
         # A backend dropped without close() frees what it opened when it is collected.
@@ -141,6 +145,26 @@ class FileBackend(Backend):
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
         """Queue the caller's next attempts on ``key``; waiting is FIFO whatever ``fair``."""
         return FileWaiter(self, key, owner)
+
+    # -- read-write locks and semaphores (.places) ----------------------------------------------
+
+    def try_acquire_shared(self, key: str, owner: str, mode: str, limit: int, ttl: float) -> Grant:
+        return self.places.try_acquire(key, owner, mode, limit, ttl)
+
+    def release_shared(self, key: str, owner: str, mode: str) -> bool:
+        return self.places.release(key, owner, mode)
+
+    def extend_shared(self, key: str, owner: str, mode: str, ttl: float) -> bool:
+        return self.places.adopt(key, owner, mode, ttl).acquired
+
+    def adopt_shared(self, key: str, owner: str, mode: str, ttl: float) -> Grant:
+        return self.places.adopt(key, owner, mode, ttl)
+
+    def shared_waiter(self, key: str, owner: str, mode: str, limit: int) -> Waiter:
+        return self.places.waiter(key, owner, mode)
+
+    def shared_holders(self, key: str, mode: str, limit: int) -> list[Lease]:
+        return self.places.holders(key, mode)
 
     def aio(self) -> AsyncOps:
         """Operations run inline (each a few microseconds inside a flock); waiters listen on
@@ -235,6 +259,7 @@ class FileBackend(Backend):
         self._queued = {}
         self._bells.close()  # the parent's: its bells would ring here too
         self._store.after_fork_in_child()
+        self.places.queued = {}
 
     def close(self) -> None:
         """Remove the records this process left free, close the cached descriptors and

@@ -36,6 +36,7 @@ def lease(rec: Record, key: str, now: float) -> Lease:
         left(rec.expires, now),
         f"{rec.host.decode('utf-8', 'replace')} pid {abs(rec.pid)}"
         + (" (exited)" if rec.pid < 0 else ""),
+        started=rec.started or None,
     )
 
 
@@ -64,7 +65,14 @@ class Grants:
         head.handed = rec.fence + 1
         head.handed_until = now + head.ttl
         self.store.write(
-            slot, head.handed, head.owner, head.handed_until, head.ttl, rec.queue, tail
+            slot,
+            head.handed,
+            head.owner,
+            head.handed_until,
+            head.ttl,
+            rec.queue,
+            tail,
+            started=time.time(),
         )
         self.store.written.pop(slot.key, None)
 
@@ -73,7 +81,7 @@ class Grants:
         free it. Returns the entry handed to, whose waiter is to be woken."""
         head = pop_live(self.store, rec, now) if rec.queue else None
         if head is None:
-            self.store.write(slot, rec.fence, FREE, 0.0, 0.0, b"", self.store.me)
+            self.store.write(slot, rec.fence, FREE, 0.0, 0.0, b"", self.store.me, started=0.0)
             return None
         self._hand_to(slot, rec, head, now)
         return head
@@ -103,7 +111,9 @@ class Grants:
         if not store.current(rec, now):
             return False
         expires = max(now + rec.ttl, rec.expires + 1e-6)
-        store.write(slot, rec.fence, rec.owner, expires, rec.ttl, rec.queue, store.me)
+        store.write(
+            slot, rec.fence, rec.owner, expires, rec.ttl, rec.queue, store.me, started=rec.started
+        )
         return True
 
     def try_acquire(
@@ -117,20 +127,27 @@ class Grants:
         mine = owner_id(owner)
         if rec is None:
             fence = store.fences.first()
-            store.write(slot, fence, mine, now + ttl, ttl, b"", store.me)
+            store.write(slot, fence, mine, now + ttl, ttl, b"", store.me, started=time.time())
             if waiter is not None:
                 waiter.granted = True
             return Grant(True, fence), None
         if owns(rec.owner, owner) and store.current(rec, now):
             # A retried request, or a lock handed to this waiter: renew, keep the token.
             queue = without(rec.queue, mine) if rec.queue else b""
-            store.write(slot, rec.fence, mine, now + ttl, ttl, queue, store.me)
+            store.write(slot, rec.fence, mine, now + ttl, ttl, queue, store.me, started=rec.started)
             return Grant(True, rec.fence), None
         if store.held(rec, now):
             if waiter is not None:
                 join(store, rec, mine, ttl, now, waiter)
                 store.write(
-                    slot, rec.fence, rec.owner or FREE, rec.expires, rec.ttl, rec.queue, rec.tail()
+                    slot,
+                    rec.fence,
+                    rec.owner or FREE,
+                    rec.expires,
+                    rec.ttl,
+                    rec.queue,
+                    rec.tail(),
+                    started=rec.started,
                 )
             return Grant(False, retry_after=left(rec.expires, now)), None
         # Free, lapsed, or its holder is gone. Waiters come first, in order; a blocking caller
@@ -140,7 +157,7 @@ class Grants:
         head = pop_live(store, rec, now) if rec.queue else None
         fence = rec.fence + 1
         if head is None or owns(head.owner, owner):
-            store.write(slot, fence, mine, now + ttl, ttl, rec.queue, store.me)
+            store.write(slot, fence, mine, now + ttl, ttl, rec.queue, store.me, started=time.time())
             if waiter is not None:
                 waiter.granted = True
             return Grant(True, fence), None
@@ -156,7 +173,7 @@ class Grants:
             return False, None
         now = time.monotonic()
         if not rec.queue:
-            store.write(slot, rec.fence, FREE, 0.0, 0.0, b"", store.me)
+            store.write(slot, rec.fence, FREE, 0.0, 0.0, b"", store.me, started=0.0)
             return store.current(rec, now), None
         return store.current(rec, now), self._hand_on(slot, rec, now)
 
@@ -172,7 +189,14 @@ class Grants:
             return self._hand_on(slot, rec, time.monotonic())
         if len(queue) != len(rec.queue):
             self.store.write(
-                slot, rec.fence, rec.owner or FREE, rec.expires, rec.ttl, queue, rec.tail()
+                slot,
+                rec.fence,
+                rec.owner or FREE,
+                rec.expires,
+                rec.ttl,
+                queue,
+                rec.tail(),
+                started=rec.started,
             )
         return None
 
@@ -182,7 +206,7 @@ class Grants:
         now = time.monotonic()
         if rec is None or not owns(rec.owner, owner) or not self.store.current(rec, now):
             return False
-        self.store.write(slot, rec.fence, rec.owner, now + ttl, ttl, rec.queue, self.store.me)
+        self._renew(slot, rec, now + ttl, ttl)
         return True
 
     def sweep(self, everything: bool = False) -> None:
@@ -236,7 +260,7 @@ class Grants:
         now = time.monotonic()
         if rec is None or not owns(rec.owner, owner) or not self.store.current(rec, now):
             return Grant(False)
-        self.store.write(slot, rec.fence, rec.owner, now + ttl, ttl, rec.queue, self.store.me)
+        self._renew(slot, rec, now + ttl, ttl)
         return Grant(True, rec.fence)
 
     def detach(self, slot: Slot, owner: bytes) -> None:
@@ -249,7 +273,14 @@ class Grants:
             and rec.pid == self.store.pid
             and not math.isinf(rec.expires)
         ):
-            self.store.write(slot, rec.fence, owner, rec.expires, rec.ttl, rec.queue, self.store.me)
+            self._renew(slot, rec, rec.expires, rec.ttl)
+
+    def _renew(self, slot: Slot, rec: Record, expires: float, ttl: float) -> None:
+        """Rewrite the held ``rec`` with this process as its writer and a new expiry."""
+        assert rec.owner is not None
+        self.store.write(
+            slot, rec.fence, rec.owner, expires, ttl, rec.queue, self.store.me, started=rec.started
+        )
 
     def info(self, slot: Slot, key: str) -> Lease | None:
         """The lease on the key, or None if it is free."""

@@ -1,7 +1,9 @@
 """The record format of ``file://``: one file per key, its name, its first line and its queue.
 
-A record is ``MAGIC fence owner expires ttl pid pidns boot host keylen queuelen``, ``\\n``, the
-key, ``\\n``, then ``queuelen`` bytes of queue entries (:class:`Entry`), oldest first. The
+A record is ``MAGIC fence owner expires ttl pid pidns boot host keylen queuelen started``,
+``\\n``, the key, ``\\n``, then ``queuelen`` bytes of queue entries (:class:`Entry`), oldest
+first. ``started`` is when the holder got the key (wall clock, for the admin views; 0 when
+free). The
 lengths make it self-delimiting: a shorter record is padded with spaces to the file's size
 rather than truncating the file. ``owner`` (here and in queue entries) is :func:`owner_id`:
 a digest of the owner token, never the token. Everything here is pure: bytes in,
@@ -21,8 +23,9 @@ from ...errors import BackendUnavailable
 from ..base import owner_hint
 from ..base import owner_id as base_owner_id
 
-MAGIC = b"lockkit-file/2"
-MAGIC_1 = b"lockkit-file/1"  # the same record without a queue; read, never written
+MAGIC = b"lockkit-file/3"
+MAGIC_2 = b"lockkit-file/2"  # the same record without ``started``; read, never written
+MAGIC_1 = b"lockkit-file/1"  # nor a queue
 FREE = b"-"
 #: bytes read in one go; a longer record (a long queue) takes more reads
 CHUNK = 4096
@@ -153,12 +156,28 @@ def prune(queue: bytes, now: float) -> bytes:
 class Record:
     """One key's record (see the module docstring); ``whole=False`` parses the first line only."""
 
-    __slots__ = ("boot", "expires", "fence", "host", "key", "owner", "pid", "pidns", "queue", "ttl")
+    __slots__ = (
+        "boot",
+        "expires",
+        "fence",
+        "host",
+        "key",
+        "owner",
+        "pid",
+        "pidns",
+        "queue",
+        "started",
+        "ttl",
+    )
 
     def __init__(self, data: bytes, whole: bool = True) -> None:
         head, _, rest = data.partition(b"\n")
         fields = head.split(b" ")
-        if len(fields) == 11 and fields[0] == MAGIC:
+        self.started = 0.0  # unknown: written by a version that did not keep it
+        if len(fields) == 12 and fields[0] == MAGIC:
+            waiting = int(fields[10])
+            self.started = float(fields[11])
+        elif len(fields) == 11 and fields[0] == MAGIC_2:
             waiting = int(fields[10])
         elif len(fields) == 10 and fields[0] == MAGIC_1:
             waiting = 0
@@ -194,10 +213,17 @@ class Record:
 
 
 def encode(
-    fence: int, owner: bytes, expires: float, ttl: float, tail: bytes, key: bytes, queue: bytes
+    fence: int,
+    owner: bytes,
+    expires: float,
+    ttl: float,
+    tail: bytes,
+    key: bytes,
+    queue: bytes,
+    started: float = 0.0,
 ) -> bytes:
     """The bytes of a record; ``tail`` is ``pid pidns boot host``."""
-    return b"%s %d %s %r %r %s %d %d\n%s\n%s" % (
+    return b"%s %d %s %r %r %s %d %d %r\n%s\n%s" % (
         MAGIC,
         fence,
         owner,
@@ -206,6 +232,7 @@ def encode(
         tail,
         len(key),
         len(queue),
+        started,
         key,
         queue,
     )

@@ -249,10 +249,14 @@ class RecordStore(Liveness):
         ttl: float,
         queue: bytes,
         tail: bytes,
+        *,
+        started: float,
     ) -> None:
-        """Write the record; ``tail`` (pid pidns boot host) names its holder. The lease is
-        tracked for the exit hook only when the holder is this process (``self.me``)."""
-        data = b"%s %d %s %r %r %s %d %d\n%s\n%s" % (
+        """Write the record; ``tail`` (pid pidns boot host) names its holder, ``started``
+        when it got the key (``time.time()`` of a new grant, the record's own otherwise).
+        The lease is tracked for the exit hook only when the holder is this process
+        (``self.me``)."""
+        data = b"%s %d %s %r %r %s %d %d %r\n%s\n%s" % (
             MAGIC,
             fence,
             owner,
@@ -261,6 +265,7 @@ class RecordStore(Liveness):
             tail,
             len(slot.encoded),
             len(queue),
+            started,
             slot.encoded,
             queue,
         )  # as record.encode() does, without its call

@@ -12,8 +12,9 @@ gets one call per lock instead.
 ``<key>`` without a namespace) every key lives in the hash slot of the tag ``{<full>}``, so a
 Redis Cluster serves each script on one node and no data moves when a deployment grows into one:
 
-- ``lockkit:{<full>}``: the lease, a string ``<id>|<token>|<holder>`` whose PX is the lease;
-  ``<holder>`` is ``<hostname> pid <pid>``, for the admin views.
+- ``lockkit:{<full>}``: the lease, a string ``<id>|<token>|<started>|<holder>`` whose PX is
+  the lease; ``<started>`` (server ms of the grant) and ``<holder>`` (``<hostname> pid
+  <pid>``) are for the admin views.
 - ``lockkit:{<full>}:f``: the key's last fencing token, kept one day after its last grant (a
   free key costs nothing after that).
 - ``lockkit:{<full>}:q``: the wait queue, a sorted set of owner ids scored by arrival number
@@ -21,6 +22,10 @@ Redis Cluster serves each script on one node and no data moves when a deployment
 - ``lockkit:{<full>}:e``: a hash, owner id -> ``<expiry ms>|<lease ms>|<channel>|<holder>``
   for each queued waiter (``~<holder>`` for a ``fair=False`` one), and the queue's barging
   state (``t``, ``n``, ``h``, ``w``, ``l``, ``s``; see ``lua/lock.lua``).
+- ``lockkit:{<full>}:g:<owner id>``: a list holding the token handed to a queued
+  ``fair=True`` waiter, which blocks on it (BLPOP); it lives one lease at most.
+- ``lockkit:{<full>}:rw:h|q|w`` and ``:sem:h|q|w``: the holders, queue and queue entries of
+  the key's read-write lock and semaphore (``lua/shared.lua``, :mod:`.shared`).
 - ``lockkit:w:<random>``: the notice channel of one waiting process (pub/sub, not a key).
 
 A key whose text makes the tag empty (``full`` starting with ``}``) would spread its keys over

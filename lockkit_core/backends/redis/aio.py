@@ -11,16 +11,14 @@ Hand-over notices reach asyncio waiters through the backend's one listener threa
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError, BackendUnavailable
-from ...py310 import wait_at_most
 from ...sansio import arun
-from ..aio import AsyncOps, AsyncWaiter
+from ..aio import AsyncOps, AsyncWaiter, LoopEvent
 from ..base import Grant
 from .aio_wire import AsyncConnections
 from .clients import ASYNC_MAX_CONNECTIONS
@@ -132,23 +130,6 @@ class RedisOps(AsyncOps):
         its way may have queued it, or taken the key."""
         args = self._backend.leave_args(key, owner)
         await self._script("leave the queue of", key, 4, args, True)
-
-
-class LoopEvent:
-    """What the listener's thread sets for an asyncio waiter: it wakes the waiter's loop."""
-
-    def __init__(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._event = asyncio.Event()
-
-    def set(self) -> None:
-        with contextlib.suppress(RuntimeError):  # its loop was closed: nobody is waiting
-            self._loop.call_soon_threadsafe(self._event.set)
-
-    async def wait(self, seconds: float) -> None:
-        """Wait up to ``seconds`` for :meth:`set`, then clear it."""
-        await wait_at_most(self._event.wait(), seconds)
-        self._event.clear()
 
 
 class AsyncRedisWaiter(AsyncWaiter):

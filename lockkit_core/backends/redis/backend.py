@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -23,7 +24,9 @@ from .connect import check_tls_options, warn_plain_password
 from .leaver import Leaver
 from .listener import Listener, as_text
 from .scripts import PREFIX, Script, owner_id, stored_key, stored_keys
+from .shared import RedisPlaces
 from .waiter import RedisWaiter
+from .wire import connections_for
 
 if TYPE_CHECKING:
     import redis
@@ -56,6 +59,7 @@ class RedisBackend(Backend):
         | Capability.CROSS_HOST
         | Capability.LIST
         | Capability.HAND_OFF
+        | Capability.SHARED
     )
     grade: ClassVar[Grade] = Grade.SINGLE_NODE
     #: hand-over notices go over sharded pub/sub, on a channel in the lock's slot (cluster)
@@ -109,6 +113,11 @@ class RedisBackend(Backend):
         # One script, two call shapes: operations on a held lock need only its record.
         self._script = self.new_script(4)
         self._script_on_record = self.new_script(1)
+        #: the connections a fair waiter blocks on for its grant (RedisWaiter.await_grant);
+        #: None on a cluster, whose client has no one pool (its fair waiters take notices)
+        self.grant_connections = (
+            None if self.sharded else connections_for(self.client, give_back=self._shared_pool)
+        )
         # ... and batches (begin_run, end_run), by their number of keys
         self._batches: dict[int, Script] = {}
         self._one_slot = self.sharded  # cluster mode: no script over several locks' slots
@@ -121,6 +130,8 @@ class RedisBackend(Backend):
         self._listener = Listener(self, sharded=self.sharded)
         #: leaves queues, and gives back what abandoned attempts may take, for owners gone
         self.leaver = Leaver(self.leave)
+        #: read-write locks and semaphores (lua/shared.lua)
+        self.places = RedisPlaces(self)
         self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RedisOps] = (
             weakref.WeakKeyDictionary()
         )
@@ -129,9 +140,10 @@ class RedisBackend(Backend):
         """How this backend reaches its server(s); the Sentinel and Cluster backends differ."""
         return clients_from_url(url, self.options)
 
-    def new_script(self, numkeys: int) -> Script:
-        """The lock script, called with ``numkeys`` keys, on this backend's client."""
-        return Script(self.client, "lock", numkeys, give_back=self._shared_pool)
+    def new_script(self, numkeys: int, name: str = "lock") -> Script:
+        """The script ``lua/<name>.lua``, called with ``numkeys`` keys, on this backend's
+        client."""
+        return Script(self.client, name, numkeys, give_back=self._shared_pool)
 
     @classmethod
     def from_client(cls, client: Any) -> RedisBackend:
@@ -377,6 +389,27 @@ class RedisBackend(Backend):
         # before its first attempt, so a busy first attempt already queues it.
         return self._listener.healthy
 
+    # -- read-write locks and semaphores (.shared) ---------------------------------------------
+
+    def try_acquire_shared(self, key: str, owner: str, mode: str, limit: int, ttl: float) -> Grant:
+        return self.places.try_acquire(key, owner, mode, limit, ttl)
+
+    def release_shared(self, key: str, owner: str, mode: str) -> bool:
+        return self.places.release(key, owner, mode)
+
+    def extend_shared(self, key: str, owner: str, mode: str, ttl: float) -> bool:
+        return bool(self.places.adopt(key, owner, mode, ttl, "extend"))
+
+    def adopt_shared(self, key: str, owner: str, mode: str, ttl: float) -> Grant:
+        grant: Grant = self.places.adopt(key, owner, mode, ttl)
+        return grant
+
+    def shared_waiter(self, key: str, owner: str, mode: str, limit: int) -> Waiter:
+        return self.places.waiter(key, owner, mode, limit)
+
+    def shared_holders(self, key: str, mode: str, limit: int) -> list[Lease]:
+        return self.places.holders(key, mode)
+
     # -- admin --------------------------------------------------------------------------------
 
     @staticmethod
@@ -386,12 +419,19 @@ class RedisBackend(Backend):
         text = as_text(value)
         owner, _, rest = text.partition("|")
         token_text, _, holder = rest.partition("|")
+        started = None
+        # "<ms>|<holder>" since the record keeps its start; a record written before holds
+        # "<holder>" alone, which never is all digits ("<host> pid <pid>").
+        started_ms, bar, after = holder.partition("|")
+        if bar and started_ms.isdigit():
+            started, holder = int(started_ms) / 1000.0, after
         return Lease(
             key=stored_key,
             owner_hint=owner[:8],  # an owner id starts with its hint
             token=int(token_text) if token_text.isdigit() else None,
             ttl_remaining=pttl / 1000.0 if pttl >= 0 else None,
             holder=holder or None,
+            started=started,
         )
 
     def _leases(self, lock_keys: list[str]) -> list[Lease]:
@@ -400,14 +440,16 @@ class RedisBackend(Backend):
             for lock_key in lock_keys:
                 pipe.get(lock_key)
                 pipe.pttl(lock_key)
+                pipe.zcard(lock_key + ":q")  # the waiters queued on it
             return pipe.execute()
 
         replies = self._call("read locks", fetch, retry=True)
         leases = []
         for i, lock_key in enumerate(lock_keys):
-            lease = self._parse(lock_key[len(PREFIX) : -1], replies[2 * i], replies[2 * i + 1])
+            value, pttl, waiters = replies[3 * i : 3 * i + 3]
+            lease = self._parse(lock_key[len(PREFIX) : -1], value, pttl)
             if lease is not None:
-                leases.append(lease)
+                leases.append(dataclasses.replace(lease, waiters=int(waiters)))
         return leases
 
     def list(self, prefix: str) -> list[Lease]:
@@ -443,11 +485,13 @@ class RedisBackend(Backend):
         self._listener = Listener(self, sharded=self.sharded)
         self.leaver = Leaver(self.leave)
         self._holder_here = f"{socket.gethostname()} pid {os.getpid()}"
+        self.places.after_fork_in_child()
 
     def close(self) -> None:
         self._listener.close()
         # leaves still to do (waiters that just timed out) land before the connections close
         self.leaver.close(wait=LEAVE_AT_CLOSE)
+        self.places.close(wait=LEAVE_AT_CLOSE)
         if not self._shared_pool:  # the app's client is the app's to close
             self.client.close()
         self.listener_client.close()

@@ -83,8 +83,8 @@ class RedisClusterBackend(RedisBackend):
             )
         return super(RedisBackend, cls).url_options(url)
 
-    def new_script(self, numkeys: int) -> Script:
-        return ClusterScript(self.client, "lock", numkeys)
+    def new_script(self, numkeys: int, name: str = "lock") -> Script:
+        return ClusterScript(self.client, name, numkeys)
 
     def _clients_from_url(self, url: LockURL) -> Clients:
         import redis.asyncio.cluster

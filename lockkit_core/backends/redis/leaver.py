@@ -98,7 +98,7 @@ class Leaver:
             except BackendUnavailable:
                 return True  # the rest would wait the same socket timeout: next pass
             except Exception as exc:  # a lease it holds then ends by itself
-                log.warning("could not leave the queue of %s for a gone owner: %s", item[0], exc)
+                log.warning("could not leave the queue of %r for a gone owner: %s", item[0], exc)
                 with self._cond:
                     self._repeat.pop(item, None)
             with self._cond:

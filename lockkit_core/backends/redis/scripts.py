@@ -27,6 +27,7 @@ PREFIX = "lockkit:{"
 
 def script_source(name: str) -> str:
     """The text of ``lua/<name>.lua``."""
+    # One name per joinpath(): Python 3.10's Traversable takes one.
     lua = resources.files("lockkit_core.backends.redis").joinpath("lua")
     return lua.joinpath(f"{name}.lua").read_text()
 

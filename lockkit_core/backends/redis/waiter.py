@@ -11,13 +11,15 @@ from typing import TYPE_CHECKING, Protocol
 
 from ...sansio import run
 from ..base import Grant, Waiter
-from .scripts import owner_id
+from .scripts import owner_id, stored_key
+from .wire import Packer
 
 if TYPE_CHECKING:
     from .backend import RedisBackend
 
 __all__ = ["CONFIRM", "Confirm", "RedisWaiter", "Wakeable"]
 
+_BLPOP = Packer(("BLPOP",))
 #: how long a new waiter gives the listener to subscribe before its first attempt
 READY_WITHIN = 0.05
 
@@ -37,7 +39,11 @@ CONFIRM = Confirm()
 
 class RedisWaiter(Waiter):
     """Queued for one key: woken by the notice that hands it the lock, or that frees it; a
-    notice is never taken as the grant itself (see :meth:`_confirm`)."""
+    notice is never taken as the grant itself (see :meth:`_confirm`). A blocking ``fair=True``
+    waiter instead reads its grant from the store (:meth:`RedisBackend.await_grant`)."""
+
+    #: whether the store pushes this waiter's grant to a list it can block on
+    grant_list = True
 
     def __init__(
         self,
@@ -81,7 +87,39 @@ class RedisWaiter(Waiter):
         return self._listener.wait_ready(timeout)
 
     def wait(self, timeout: float) -> Grant | None:
+        # A queued fair=True blocking waiter reads the grant the release pushes for it
+        # (lua/lock.lua, hand_over), from the store; the listener being up means its channel
+        # is subscribed, so a release that finds it counts it alive and pushes.
+        if (
+            self.grant_list
+            and self._backend.grant_connections is not None
+            and self.fair
+            and self._blocking is not None
+            and self.queued_at is not None
+            and self._listener.healthy
+        ):
+            return self._await_grant(timeout)
         return run(self.waiting(timeout), self._step)
+
+    def _await_grant(self, timeout: float) -> Grant | None:
+        """Wait up to ``timeout`` for the grant a release hands this queued ``fair=True``
+        waiter (``lua/lock.lua`` pushes its token to the waiter's grant list): one blocking
+        read, so the hand-over costs no notice hop through the listener and no confirming
+        round trip. The lease is counted from before the wait began (the hand-over came
+        after it)."""
+        backend = self._backend
+        # below the socket timeout, or the read would time out before the server answers
+        seconds = min(timeout, backend._socket_timeout / 2)
+        if seconds < 0.002:
+            return None
+        sent = time.monotonic()
+        packed = _BLPOP.pack((stored_key(self.key) + ":g:" + self.id, f"{seconds:.3f}"))
+        connections = backend.grant_connections
+        assert connections is not None  # checked by wait()
+        reply = backend._call(f"wait for {self.key!r}", lambda: connections.call(packed))
+        if reply is None:
+            return None
+        return Grant(True, backend.saw_token(int(reply[1])), since=sent)
 
     def _step(self, step: float | Confirm) -> Grant | None:
         if isinstance(step, Confirm):

@@ -21,9 +21,9 @@ __all__ = ["RedlockBackend"]
 
 #: how long one node may take to answer one request, unless the ``node_timeout`` option says
 NODE_TIMEOUT = 0.1
-#: the socket timeout of each node's own requests (admin reads, leaving queues in the
-#: background), which do not hold up a lock operation
-SOCKET_TIMEOUT = 2.0
+#: the socket timeout of each node's own requests: admin reads (``locked()``, ``lockkit
+#: list``, which ask the nodes one after another), leaving queues in the background
+SOCKET_TIMEOUT = 0.5
 MIN_NODES = 3
 #: a node that failed to answer is not chosen as a key's home node for this long (seconds)
 DOWN_FOR = 1.0
@@ -228,7 +228,8 @@ class RedlockBackend(Backend):
         return found
 
     def _agreed(self, per_node: list[list[Lease]]) -> list[Lease]:
-        """The leases a quorum of nodes hold for the same owner; the shortest remaining ttl."""
+        """The leases a quorum of nodes hold for the same owner: the shortest remaining ttl,
+        and the earliest start a node saw."""
         votes: dict[tuple[str, str], list[Lease]] = {}
         for leases in per_node:
             for one in leases:
@@ -237,7 +238,12 @@ class RedlockBackend(Backend):
         for (key, hint), leases in votes.items():
             if len(leases) >= self.quorum:
                 left = [one.ttl_remaining for one in leases if one.ttl_remaining is not None]
-                agreed.append(Lease(key, hint, None, min(left) if left else None, leases[0].holder))
+                # the earliest start a node saw: each node's clock stamps its own copy
+                began = [one.started for one in leases if one.started is not None]
+                agreed.append(
+                    Lease(key, hint, None, min(left) if left else None, leases[0].holder,
+                          started=min(began) if began else None)
+                )  # fmt: skip
         return sorted(agreed, key=lambda one: one.key)
 
     def list(self, prefix: str) -> list[Lease]:

@@ -16,6 +16,7 @@ from urllib.parse import quote, urlsplit
 from ...errors import ConfigError
 from ...registry import create_backend
 from ...url import LockURL
+from ..aio import AsyncOps
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter
 from .schema import LeaseTable
 
@@ -140,6 +141,9 @@ class DjangoBackend(Backend):
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
         return self.inner.waiter(key, owner, fair)
+
+    def aio(self) -> AsyncOps:
+        return self.inner.aio()
 
     def queue_first(self) -> bool:
         return self.inner.queue_first()

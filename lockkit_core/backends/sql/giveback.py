@@ -86,13 +86,13 @@ class GiveBack:
     def _settle(self, item: _Abandoned) -> bool:
         """True when ``item`` needs no more watching."""
         if time.monotonic() > item.until:
-            log.warning("gave up watching an abandoned attempt on %s", item.key)
+            log.warning("gave up watching an abandoned attempt on %r", item.key)
             return True
         try:
             if self._alive(item.pid):
                 return False  # its connection may still deliver the attempt
             if self._release(item.key, item.owner):
-                log.info("gave back %s, taken by an attempt abandoned in an outage", item.key)
+                log.info("gave back %r, taken by an attempt abandoned in an outage", item.key)
             return True
         except BackendError:
             return False  # still out of reach: try again next round

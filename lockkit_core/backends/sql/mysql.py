@@ -224,17 +224,22 @@ class MySQLBackend(Backend):
 
     # -- admin -----------------------------------------------------------------------------------
 
-    _COLUMNS = f"`key`, owner, fence, TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at), holder"
+    # started_at holds UTC (UTC_TIMESTAMP): counted from the epoch without the session's zone.
+    _COLUMNS = (
+        f"`key`, owner, fence, TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at), holder, "
+        "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', started_at)"
+    )
 
     @staticmethod
     def _lease(row: tuple[Any, ...]) -> Lease:
-        key, owner, fence, left_us, holder = row
+        key, owner, fence, left_us, holder, started_us = row
         return Lease(
             key=bytes(key).decode("utf-8", "surrogatepass"),
             owner_hint=str(owner)[:8],
             token=int(fence),
             ttl_remaining=max(0.0, left_us / 1e6),
             holder=holder,
+            started=started_us / 1e6,
         )
 
     def list(self, prefix: str) -> list[Lease]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -17,6 +19,8 @@ from .notices import notify_channel
 from .schema import DEFAULT_TABLE, check_table, postgres_ddl
 
 if TYPE_CHECKING:
+    from ..aio import AsyncOps
+    from .pgaio import PgOps
     from .pgpool import PgPool
 
 __all__ = ["PostgresBackend", "postgres_conninfo"]
@@ -82,7 +86,28 @@ class PostgresBackend(Backend):
         "socket_timeout": float,
         "sslmode": str,
         "table": str,
+        "mode": str,
     }
+
+    @classmethod
+    def variant(cls, url: LockURL, options: Mapping[str, Any]) -> type[Backend]:
+        mode = options.get("mode", url.query.get("mode", "lease"))
+        if mode == "advisory":
+            from .pgadvisory import PgAdvisoryBackend
+
+            return PgAdvisoryBackend
+        if mode != "lease":
+            raise ConfigError(
+                f"option 'mode' of {url.redacted()} must be 'lease' (the lease table, the "
+                f"default) or 'advisory' (PostgreSQL advisory locks), got {mode!r}"
+            )
+        return cls
+
+    @classmethod
+    def variants(cls) -> dict[str, type[Backend]]:
+        from .pgadvisory import PgAdvisoryBackend
+
+        return {"?mode=advisory": PgAdvisoryBackend}
 
     def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
         super().__init__(url, options)
@@ -97,6 +122,11 @@ class PostgresBackend(Backend):
         self._holder = f"{socket.gethostname()} pid "
         self._schema_lock = threading.Lock()
         self._giveback = GiveBack(self.release, self._server_process_alive)
+        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, PgOps] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.conninfo = self._conninfo
+        self.io_timeout = io_timeout
         self._statements()
 
     def _statements(self) -> None:
@@ -140,7 +170,10 @@ SELECT live, pg_notify(%(channel)s, '') FROM gone"""
 UPDATE {t} SET expires_at = {until}, ttl = %(ttl)s
 WHERE key = %(key)s AND owner = %(owner)s AND expires_at > {now}
 RETURNING fence"""
-        columns = f"key, owner, fence, extract(epoch FROM expires_at - {now})::float8, holder"
+        columns = (
+            f"key, owner, fence, extract(epoch FROM expires_at - {now})::float8, holder, "
+            "extract(epoch FROM started_at)::float8"
+        )
         self._info_sql = f"SELECT {columns} FROM {t} WHERE key = %(key)s AND expires_at > {now}"
         self._list_sql = (
             f"SELECT {columns} FROM {t} WHERE key LIKE %(pattern)s AND expires_at > {now} "
@@ -198,19 +231,22 @@ SELECT live, pg_notify(%(channel)s, '') FROM gone"""
 
     # -- locking ---------------------------------------------------------------------------------
 
-    def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
+    # Each operation is one statement: its text and parameters, and the reading of its rows,
+    # are shared by the blocking methods below and the asyncio ones (.pgaio).
+
+    def acquire_statement(self, key: str, owner: str, ttl: float) -> tuple[str, dict[str, Any]]:
+        """The acquire statement and its parameters."""
         params = {
             "key": key,
             "owner": owner_id(owner),
             "ttl": ttl,
             "holder": self._holder + str(os.getpid()),
         }
-        rows = self._run(
-            self._acquire_sql,
-            params,
-            f"acquire {key!r}",
-            abandoned=lambda pid: self._giveback.add(key, owner, pid, ttl),
-        )
+        return self._acquire_sql, params
+
+    @staticmethod
+    def acquire_answer(rows: Sequence[tuple[Any, ...]]) -> Grant:
+        """The grant the acquire statement's rows say."""
         if not rows:  # the holder released between the two looks: try again soon
             return Grant(False, retry_after=0.0)
         fence, left = rows[0]
@@ -218,18 +254,53 @@ SELECT live, pg_notify(%(channel)s, '') FROM gone"""
             return Grant(True, int(fence))
         return Grant(False, retry_after=max(0.0, float(left)))
 
+    def release_statement(self, key: str, owner: str) -> tuple[str, dict[str, Any]]:
+        """The release statement (it notifies the key's waiters) and its parameters."""
+        return self._release_sql, {
+            "key": key,
+            "owner": owner_id(owner),
+            "channel": self._channel(key),
+        }
+
+    def extend_statement(self, key: str, owner: str, ttl: float) -> tuple[str, dict[str, Any]]:
+        """The extend (and adopt) statement and its parameters."""
+        return self._extend_sql, {"key": key, "owner": owner_id(owner), "ttl": ttl}
+
+    def abandoned(self, key: str, owner: str, ttl: float) -> Callable[[int], None]:
+        """What to do with an acquire whose answer never came from server process ``pid``:
+        give its grant back once that process is gone (see .giveback)."""
+        return lambda pid: self._giveback.add(key, owner, pid, ttl)
+
+    def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
+        sql, params = self.acquire_statement(key, owner, ttl)
+        rows = self._run(sql, params, f"acquire {key!r}", self.abandoned(key, owner, ttl))
+        return self.acquire_answer(rows)
+
     def release(self, key: str, owner: str) -> bool:
-        params = {"key": key, "owner": owner_id(owner), "channel": self._channel(key)}
-        rows = self._run(self._release_sql, params, f"release {key!r}")
+        rows = self._run(*self.release_statement(key, owner), f"release {key!r}")
         return bool(rows and rows[0][0])
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
         return self.adopt(key, owner, ttl).acquired
 
     def adopt(self, key: str, owner: str, ttl: float) -> Grant:
-        params = {"key": key, "owner": owner_id(owner), "ttl": ttl}
-        rows = self._run(self._extend_sql, params, f"extend {key!r}")
+        rows = self._run(*self.extend_statement(key, owner, ttl), f"extend {key!r}")
         return Grant(True, int(rows[0][0])) if rows else Grant(False)
+
+    def aio(self) -> AsyncOps:
+        """The same statements on ``psycopg.AsyncConnection``s of the running loop (one pool
+        per loop); waiters share one listening connection per loop (see .pgaio)."""
+        from .pgaio import PgOps
+
+        loop = asyncio.get_running_loop()
+        ops = self._aio.get(loop)
+        if ops is None:
+            ops = self._aio[loop] = PgOps(self)
+        return ops
+
+    def channel(self, key: str) -> str:
+        """The channel the release of ``key`` notifies."""
+        return self._channel(key)
 
     def _channel(self, key: str) -> str:
         return notify_channel(self.table, key)
@@ -243,13 +314,14 @@ SELECT live, pg_notify(%(channel)s, '') FROM gone"""
 
     @staticmethod
     def _lease(row: tuple[Any, ...]) -> Lease:
-        key, owner, fence, left, holder = row
+        key, owner, fence, left, holder, started = row
         return Lease(
             key=key,
             owner_hint=str(owner)[:8],
             token=int(fence),
             ttl_remaining=max(0.0, float(left)),
             holder=holder,
+            started=float(started),
         )
 
     def list(self, prefix: str) -> list[Lease]:
@@ -272,6 +344,7 @@ SELECT live, pg_notify(%(channel)s, '') FROM gone"""
         self._pool.forget_after_fork()
         self._listeners.forget_after_fork()
         self._giveback = GiveBack(self.release, self._server_process_alive)
+        self._aio = weakref.WeakKeyDictionary()
 
     def connection(self, what: str) -> Any:
         """A new autocommit psycopg connection with this store's settings, for checks outside

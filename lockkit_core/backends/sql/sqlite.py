@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from ...errors import BackendError, BackendUnavailable, ConfigError
 from ...url import LockURL
+from ..aio import AsyncOps, Executor, ExecutorOps
 from ..base import Backend, Capability, Grade, Grant, Lease, owner_id
 from .schema import DEFAULT_TABLE, check_table, sqlite_ddl
 
@@ -47,6 +48,7 @@ class SqliteBackend(Backend):
 
     def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
         super().__init__(url, options)
+        self._executor = Executor("lockkit-sqlite")
         self.path = self.file_path(url)
         self.table = check_table(self.options.get("table", DEFAULT_TABLE))
         self.busy_timeout = self.options.get("timeout", 5.0)
@@ -131,15 +133,17 @@ class SqliteBackend(Backend):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 # the clock and the row (if any) in one read, under the write lock
-                now, holder, expires_at, fence = conn.execute(
-                    f"SELECT clock.now, l.owner, l.expires_at, l.fence FROM (SELECT {NOW} AS now)"
-                    f" AS clock LEFT JOIN {t} AS l ON l.key = ?",
+                now, holder, expires_at, fence, started = conn.execute(
+                    "SELECT clock.now, l.owner, l.expires_at, l.fence, l.started_at "
+                    f"FROM (SELECT {NOW} AS now) AS clock LEFT JOIN {t} AS l ON l.key = ?",
                     (key,),
                 ).fetchone()
                 if holder is not None and holder != mine:
                     if expires_at > now:
                         return Grant(False, retry_after=expires_at - now)
                     fence = None  # taking over a lease that is over: a new fence
+                if fence is None or holder != mine:
+                    started = now  # a new grant (a retried one keeps its start)
                 if fence is None:
                     (fence,) = conn.execute(
                         f"UPDATE {t}_fence SET value = value + 1 WHERE id = 1 RETURNING value"
@@ -148,7 +152,7 @@ class SqliteBackend(Backend):
                     f"INSERT OR REPLACE INTO {t} "
                     "(key, owner, expires_at, ttl, fence, holder, started_at) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (key, mine, now + ttl, ttl, fence, self._holder + str(os.getpid()), now),
+                    (key, mine, now + ttl, ttl, fence, self._holder + str(os.getpid()), started),
                 )
             finally:
                 if conn.in_transaction:
@@ -178,17 +182,18 @@ class SqliteBackend(Backend):
 
     # -- admin -----------------------------------------------------------------------------------
 
-    _COLUMNS = f"key, owner, fence, expires_at - {NOW}, holder"
+    _COLUMNS = f"key, owner, fence, expires_at - {NOW}, holder, started_at"
 
     @staticmethod
     def _lease(row: Sequence[Any]) -> Lease:
-        key, owner, fence, left, holder = row
+        key, owner, fence, left, holder, started = row
         return Lease(
             key=key,
             owner_hint=str(owner)[:8],
             token=int(fence),
             ttl_remaining=max(0.0, float(left)),
             holder=holder,
+            started=float(started),
         )
 
     def list(self, prefix: str) -> list[Lease]:
@@ -219,6 +224,7 @@ class SqliteBackend(Backend):
     # -- lifecycle -------------------------------------------------------------------------------
 
     def after_fork_in_child(self) -> None:
+        self._executor.forget_after_fork()
         # SQLite connections must not cross a fork; the parent's is kept (never closed here)
         # and the child opens its own.
         if self._conn is not None:
@@ -226,7 +232,13 @@ class SqliteBackend(Backend):
         self._conn = None
         self._lock = threading.Lock()
 
+    def aio(self) -> AsyncOps:
+        """The blocking statements, run on a few threads of this kit (see ExecutorOps):
+        the driver has no asyncio API."""
+        return ExecutorOps(self, self._executor)
+
     def close(self) -> None:
+        self._executor.close()
         with self._lock:
             if self._conn is not None:
                 self._conn.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote, urlsplit
@@ -9,15 +11,17 @@ from urllib.parse import unquote, urlsplit
 from ...errors import BackendUnavailable, ConfigError
 from ...url import LockURL
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
+from .aio import Sender, ZooKeeperOps
 from .claims import UNSENT, Claims, claim_delay
 from .nodes import NodeData, node_key, node_owner, remaining_ms
-from .session import Session, client_kwargs
+from .session import Session, Steps, client_kwargs
 from .shared import SharedPlaces
 from .tree import LockTree, Mine, op
 from .waiter import ZooKeeperWaiter
 
 if TYPE_CHECKING:
     from ...hold import Hold
+    from ..aio import AsyncOps
 
 __all__ = ["ZooKeeperBackend"]
 
@@ -86,9 +90,17 @@ class ZooKeeperBackend(Backend):
         self._shared = SharedPlaces(self)
         self._claims = Claims(self.session, self.tree)
         self._session_timeout = float(kwargs["timeout"])
+        #: makes the kazoo calls of asyncio callers (see .aio), started on first use
+        self.sender = Sender()
+        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ZooKeeperOps] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def _sweep(self) -> None:
-        self.tree.sweep({mine.path for mine in list(self._nodes.values())})
+        self.session.run(self._sweeping())
+
+    def _sweeping(self) -> Steps[None]:
+        yield from self.tree.sweep({mine.path for mine in list(self._nodes.values())})
 
     # -- our nodes ----------------------------------------------------------------------------
 
@@ -99,11 +111,11 @@ class ZooKeeperBackend(Backend):
             return None
         return mine
 
-    def _find(self, key: str, owner: str) -> tuple[Mine | None, list[str]]:
+    def _find(self, key: str, owner: str) -> Steps[tuple[Mine | None, list[str]]]:
         """Our node for ``owner`` (from memory, else by its owner id among the children)."""
         from kazoo.exceptions import NoNodeError
 
-        children = self.tree.children(key)
+        children = yield from self.tree.children(key)
         mine = self._mine(key, owner)
         if mine is not None:
             return mine, children
@@ -112,21 +124,31 @@ class ZooKeeperBackend(Backend):
             if node_owner(child) == oid:
                 path = f"{self.tree.parent(key)}/{child}"
                 try:
-                    raw, stat = self.tree.call(f"read {path}", op("get_async", path))
+                    raw, stat = yield from self.tree.call(f"read {path}", op("get_async", path))
                 except NoNodeError:
                     return None, children
                 # The head holds the lock, claimed or not yet (see claims.py).
-                claimed = NodeData.decode(raw).lease_ms > 0 or child == children[0]
+                data = NodeData.decode(raw)
+                claimed = data.lease_ms > 0 or child == children[0]
                 return Mine(
-                    path, stat.czxid, stat.version, claimed, self.session.generation
+                    path,
+                    stat.czxid,
+                    stat.version,
+                    claimed,
+                    self.session.generation,
+                    since=data.since if claimed else 0.0,
                 ), children
         return None, children
 
     # -- locking ------------------------------------------------------------------------------
 
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
+        return self.session.run(self.attempt(key, owner, ttl))
+
+    def attempt(self, key: str, owner: str, ttl: float) -> Steps[Grant]:
+        """:meth:`try_acquire`'s requests and decisions (run blocking or on a loop)."""
         if self.tree.has_orphans():
-            self._sweep()
+            yield from self._sweeping()
         ms = max(1, int(ttl * 1000))
         oid = owner_id(owner)
         waiter = self._queued.get((key, owner))
@@ -140,11 +162,12 @@ class ZooKeeperBackend(Backend):
                 return self._claim_later(key, mine, ms)
             listed = None
             if mine is None:
-                mine, listed = self.tree.create(key, oid, ms, queueing=waiter is not None)
+                queueing = waiter is not None
+                mine, listed = yield from self.tree.create(key, oid, ms, queueing=queueing)
                 self._nodes[(key, owner)] = mine
                 if mine.first:
                     return Grant(True, mine.czxid)
-            children = self.tree.children(key) if listed is None else listed
+            children = (yield from self.tree.children(key)) if listed is None else listed
             name = mine.path.rpartition("/")[2]
             if name not in children:
                 self._nodes.pop((key, owner), None)  # deleted: expired, force-released
@@ -153,18 +176,24 @@ class ZooKeeperBackend(Backend):
             if ours[0] != name:
                 # A create whose reply was lost left an older node of ours: keep the older
                 # (its place in the queue), drop the newer, never leave one behind.
-                self.tree.delete(mine.path)
+                yield from self.tree.delete(mine.path)
                 self._nodes.pop((key, owner), None)
-                older, _ = self._find(key, owner)
+                older, _ = yield from self._find(key, owner)
                 if older is not None:
                     self._nodes[(key, owner)] = older
                 continue
             for extra in ours[1:]:
-                self.tree.delete(f"{parent}/{extra}")
+                yield from self.tree.delete(f"{parent}/{extra}")
             index = children.index(name)
             if index == 0:
                 return Grant(True, mine.czxid) if mine.claimed else self._claim_later(key, mine, ms)
-            busy = self._busy(key, owner, mine, waiter, children, index)
+            # Only the head and the node ahead matter from here: the list (the whole queue)
+            # is not kept while this caller waits for answers (a thousand waiters on a
+            # loop would each keep one).
+            ahead = children[index - 1]
+            head = children[0]
+            del children, listed, ours
+            busy = yield from self._busy(key, owner, mine, waiter, head, ahead, index)
             if busy is not None:
                 return busy
         return Grant(False)
@@ -175,26 +204,29 @@ class ZooKeeperBackend(Backend):
         owner: str,
         mine: Mine,
         waiter: ZooKeeperWaiter | None,
-        children: list[str],
+        head_name: str,
+        ahead_name: str,
         index: int,
-    ) -> Grant | None:
-        """The answer for an owner whose node is at ``index`` (> 0) in the queue; None to
-        look again (the queue changed meanwhile)."""
+    ) -> Steps[Grant | None]:
+        """The answer for an owner whose node is at ``index`` (> 0) in the queue, behind
+        ``ahead_name``, ``head_name`` first; None to look again (the queue changed)."""
         from kazoo.exceptions import NoNodeError
 
         parent = self.tree.parent(key)
-        head = f"{parent}/{children[0]}"
+        head = f"{parent}/{head_name}"
         if waiter is None:
             try:
-                raw, stat = self.tree.call(f"read the holder of {key!r}", op("get_async", head))
+                raw, stat = yield from self.tree.call(
+                    f"read the holder of {key!r}", op("get_async", head)
+                )
             except NoNodeError:
                 return None
         else:
             # Watch the node just ahead of us, for its deletion (a child watch) and for its
             # claim (a data watch): see waiter.py. One round trip for both.
-            ahead = f"{parent}/{children[index - 1]}"
+            ahead = f"{parent}/{ahead_name}"
             wake = waiter.watching(ahead, holds=index == 1)
-            got, listed = self.tree.call_all(
+            got, listed = yield from self.tree.call_all(
                 f"watch the queue of {key!r}",
                 op("get_async", ahead, wake),
                 op("get_children_async", ahead, wake),
@@ -211,11 +243,11 @@ class ZooKeeperBackend(Backend):
         if left is not None and left <= 0:
             # The holder's lease ran out on the server's clock (it stopped renewing):
             # remove its node, unless it renewed meanwhile (the version says so).
-            self.tree.delete(head, stat.version)
+            yield from self.tree.delete(head, stat.version)
             return None
         retry_after = None if left is None else left / 1000.0
         if waiter is None:
-            self.tree.delete(mine.path)
+            yield from self.tree.delete(mine.path)
             self._nodes.pop((key, owner), None)
             return Grant(False, retry_after=retry_after)
         return Grant(False, retry_after=retry_after or self._session_timeout)
@@ -226,25 +258,30 @@ class ZooKeeperBackend(Backend):
         mine.claimed = True
         mine.claim = UNSENT
         mine.lease_ms = ms
+        mine.since = self.tree.server_now() / 1000.0
         self._claims.later(mine, claim_delay(ms))
         return Grant(True, mine.czxid)
 
     def release(self, key: str, owner: str) -> bool:
+        return self.session.run(self.releasing(key, owner))
+
+    def releasing(self, key: str, owner: str) -> Steps[bool]:
+        """:meth:`release`'s requests and decisions."""
         try:
-            return self._release(key, owner)
+            return (yield from self._release(key, owner))
         except BackendUnavailable:
             # The node may outlive this outage (the session can survive it): delete it as
             # soon as the connection is back, or it would block the key until its lease ends.
             self.tree.orphan(key, owner_id(owner))
             raise
 
-    def _release(self, key: str, owner: str) -> bool:
+    def _release(self, key: str, owner: str) -> Steps[bool]:
         known = self._nodes.get((key, owner))
         mine = self._mine(key, owner)
         if known is not None and mine is None:
             return False  # our node ended with its session: nothing to ask the server
         if mine is None:
-            mine, _ = self._find(key, owner)
+            mine, _ = yield from self._find(key, owner)
         if mine is None:
             return False
         self._nodes.pop((key, owner), None)
@@ -255,9 +292,10 @@ class ZooKeeperBackend(Backend):
         if unsent:
             # Released before its claim was sent: claim and delete in one write, so the
             # waiter behind, which may not know we held the lock, learns it from the claim.
-            done = self.tree.claim_and_delete(mine.path, NodeData.here(mine.lease_ms).encode())
+            data = NodeData.here(mine.lease_ms).encode()
+            done = yield from self.tree.claim_and_delete(mine.path, data)
         else:
-            done = self.tree.delete(mine.path)
+            done = yield from self.tree.delete(mine.path)
         self.tree.drop_parent(key)
         self._claims.settle(key, mine)  # answered before the delete: a failed claim means no node
         return done and mine.claimed
@@ -266,22 +304,26 @@ class ZooKeeperBackend(Backend):
         return self.adopt(key, owner, ttl).acquired
 
     def adopt(self, key: str, owner: str, ttl: float) -> Grant:
+        return self.session.run(self.adopting(key, owner, ttl))
+
+    def adopting(self, key: str, owner: str, ttl: float) -> Steps[Grant]:
+        """:meth:`adopt`'s (and :meth:`extend`'s) requests and decisions."""
         from kazoo.exceptions import NoNodeError
 
         mine = self._mine(key, owner)
         if mine is None:
-            mine, children = self._find(key, owner)
+            mine, children = yield from self._find(key, owner)
             if mine is None or not mine.claimed or not children:
                 return Grant(False)
             if children[0] != mine.path.rpartition("/")[2]:
                 return Grant(False)
-        data = NodeData.here(max(1, int(ttl * 1000))).encode()
+        data = NodeData.here(max(1, int(ttl * 1000)), since=mine.since or None).encode()
         path = mine.path
         with self._claims.lock:
             if mine.claim is UNSENT:
                 mine.claim = None  # this renewal is the claim
         try:
-            stat = self.tree.call(f"extend {key!r}", lambda c: c.set_async(path, data))
+            stat = yield from self.tree.call(f"extend {key!r}", lambda c: c.set_async(path, data))
         except NoNodeError:
             self._nodes.pop((key, owner), None)
             return Grant(False)
@@ -297,7 +339,17 @@ class ZooKeeperBackend(Backend):
     def queue_first(self) -> bool:
         return True  # a free key is still taken in one round trip by a queued caller
 
-    def leave(self, key: str, owner: str, *, reachable: bool) -> None:
+    def aio(self) -> AsyncOps:
+        """The same plans of requests, each sent with kazoo's ``*_async`` methods and awaited
+        through a future of the loop: no thread per request or waiter (one set of operations
+        per loop, made on first use)."""
+        loop = asyncio.get_running_loop()
+        ops = self._aio.get(loop)
+        if ops is None:
+            ops = self._aio[loop] = ZooKeeperOps(self)
+        return ops
+
+    def leave(self, key: str, owner: str, *, reachable: bool) -> Steps[None]:
         """Drop ``owner``'s queue node on ``key`` (the waiter gave up)."""
         mine = self._nodes.pop((key, owner), None)
         if mine is None:
@@ -305,16 +357,34 @@ class ZooKeeperBackend(Backend):
         if not reachable:
             self.tree.orphan(key, owner_id(owner))
             return
-        self.tree.delete(mine.path)
+        yield from self.tree.delete(mine.path)
         self.tree.drop_parent(key)
 
-    def acquire_shared(
-        self, key: str, owner: str, mode: str, limit: int, timeout: float | None
-    ) -> int | None:
-        return self._shared.acquire(key, owner, mode, limit, timeout)
+    @property
+    def session_timeout(self) -> float:
+        """The session timeout the ensemble granted (what a crashed holder costs others)."""
+        return self._session_timeout
+
+    @property
+    def place_wakeups(self) -> int:
+        """Watch notices delivered so far to this backend's waiters for places (what releases
+        of read-write locks and semaphores cost the waiting processes)."""
+        return self._shared.wakeups
+
+    def try_acquire_shared(self, key: str, owner: str, mode: str, limit: int, ttl: float) -> Grant:
+        return self._shared.try_acquire(key, owner, mode, limit, ttl)
 
     def release_shared(self, key: str, owner: str, mode: str) -> bool:
         return self._shared.release(key, owner, mode)
+
+    def extend_shared(self, key: str, owner: str, mode: str, ttl: float) -> bool:
+        return self._shared.adopt(key, owner, ttl).acquired
+
+    def adopt_shared(self, key: str, owner: str, mode: str, ttl: float) -> Grant:
+        return self._shared.adopt(key, owner, ttl)
+
+    def shared_waiter(self, key: str, owner: str, mode: str, limit: int) -> Waiter:
+        return self._shared.waiter(key, owner, mode)
 
     def shared_holders(self, key: str, mode: str, limit: int) -> list[Lease]:
         return self._shared.holders(key, mode, limit)
@@ -327,12 +397,15 @@ class ZooKeeperBackend(Backend):
     def _lease(self, key: str) -> Lease | None:
         from kazoo.exceptions import NoNodeError
 
-        children = self.tree.children(key)
+        run = self.session.run
+        children = run(self.tree.children(key))
         if not children:
             return None
         head = f"{self.tree.parent(key)}/{children[0]}"
         try:
-            raw, stat = self.tree.call(f"read the holder of {key!r}", lambda c: c.get_async(head))
+            raw, stat = run(
+                self.tree.call(f"read the holder of {key!r}", lambda c: c.get_async(head))
+            )
         except NoNodeError:
             return None
         data = NodeData.decode(raw)
@@ -345,13 +418,17 @@ class ZooKeeperBackend(Backend):
             token=int(stat.czxid),
             ttl_remaining=None if left is None else left / 1000.0,
             holder=data.describe(len(children) - 1),
+            started=data.since or None,
+            waiters=len(children) - 1,
         )
 
     def list(self, prefix: str) -> list[Lease]:
         from kazoo.exceptions import NoNodeError
 
         try:
-            names = self.tree.call("list locks", op("get_children_async", self.tree.root))
+            names = self.session.run(
+                self.tree.call("list locks", op("get_children_async", self.tree.root))
+            )
         except NoNodeError:
             return []
         keys = sorted(k for k in map(node_key, names) if k is not None and k.startswith(prefix))
@@ -362,10 +439,10 @@ class ZooKeeperBackend(Backend):
         return self._lease(key)
 
     def force_release(self, key: str) -> bool:
-        children = self.tree.children(key)
+        children = self.session.run(self.tree.children(key))
         if not children:
             return False
-        done = self.tree.delete(f"{self.tree.parent(key)}/{children[0]}")
+        done = self.session.run(self.tree.delete(f"{self.tree.parent(key)}/{children[0]}"))
         self.tree.drop_parent(key)
         return done
 
@@ -376,6 +453,8 @@ class ZooKeeperBackend(Backend):
         self._shared.forget_after_fork()
         self.tree.forget_after_fork()
         self._claims.forget_after_fork()
+        self.sender = Sender()
+        self._aio = weakref.WeakKeyDictionary()
         self._nodes = {}
         self._queued = {}
 

@@ -78,7 +78,7 @@ class Claims:
                 # Until the connection is back (or the session ends: the generation says so).
                 self.later(mine, claim_delay(mine.lease_ms))
                 return
-            data = NodeData.here(mine.lease_ms).encode()
+            data = NodeData.here(mine.lease_ms, since=mine.since or None).encode()
             mine.claim = client.set_async(mine.path, data, mine.version)
 
     def settle(self, key: str, mine: Mine) -> None:
@@ -92,7 +92,7 @@ class Claims:
             stat = claim.get(timeout=0)
         except Exception as exc:
             mine.claimed = False
-            log.warning("claiming %s failed: %r", key, exc)
+            log.warning("claiming %r failed: %r", key, exc)
             return
         self._tree.saw(stat)
         mine.version = stat.version

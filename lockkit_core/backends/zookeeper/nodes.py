@@ -56,6 +56,10 @@ def remaining_ms(mtime_ms: int, lease_ms: int, server_now_ms: float) -> float | 
     return mtime_ms + lease_ms - server_now_ms
 
 
+#: this host's name, read once (a system call each time: on an event loop, one per attempt)
+_HOST = socket.gethostname()
+
+
 @dataclass(frozen=True)
 class NodeData:
     """What a lock node carries: the lease (0 while queued) and who holds it, for admins;
@@ -66,18 +70,21 @@ class NodeData:
     host: str
     pid: int
     thread: str
-    since: float  #: wall-clock time of the claim (or of queueing), for display only
+    #: when the node claimed the lock (or queued), seconds since the epoch by the server's
+    #: clock as last seen (:meth:`LockTree.server_now`); kept by renewals, for display only
+    since: float
     wants_ms: int = 0
 
     @classmethod
-    def here(cls, lease_ms: int, wants_ms: int = 0) -> NodeData:
-        """Data for a node made by the current thread of this process."""
+    def here(cls, lease_ms: int, wants_ms: int = 0, since: float | None = None) -> NodeData:
+        """Data for a node made by the current thread of this process (``since``: the
+        claim's time, default now)."""
         return cls(
             lease_ms,
-            socket.gethostname(),
+            _HOST,
             os.getpid(),
             threading.current_thread().name,
-            time.time(),
+            time.time() if since is None else since,
             wants_ms,
         )
 

@@ -17,21 +17,38 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...errors import BackendError, BackendUnavailable, ConfigError
+from ...sansio import run
 
 if TYPE_CHECKING:
     from ...hold import Hold
 
-__all__ = ["Session", "client_kwargs"]
+__all__ = ["Request", "Session", "Steps", "client_kwargs"]
 
 log = logging.getLogger("lockkit.zookeeper")
 
 T = TypeVar("T")
 
 _ACLS = ("open", "creator", "read")
+
+
+@dataclass(frozen=True)
+class Request:
+    """Requests to send at once: each ``start(client)`` returns kazoo's async result. With
+    ``many``, the step's outcome is :meth:`Session.call_all`'s list, else the one answer."""
+
+    what: str
+    starts: tuple[Callable[[Any], Any], ...]
+    many: bool = False
+
+
+#: the lock operations on ZooKeeper, written once as plans of :class:`Request` steps (see
+#: :mod:`lockkit_core.sansio`): :meth:`Session.run` sends them blocking, ``.aio`` on a loop
+Steps = Generator[Request, Any, T]
 
 
 def client_kwargs(
@@ -101,6 +118,10 @@ class Session:
 
     # -- the client -------------------------------------------------------------------------
 
+    def needs_start(self) -> bool:
+        """True before the first request: :meth:`client` would connect (blocking)."""
+        return self._client is None and not self._closed
+
     def client(self) -> Any:
         """The started client; ``BackendUnavailable`` if it is closed or cannot connect now."""
         client = self._client
@@ -158,6 +179,16 @@ class Session:
                     raise error from exc
                 answers.append(exc)
         return answers
+
+    def perform(self, request: Request) -> Any:
+        """Send ``request`` and wait for its answer (the blocking way)."""
+        if request.many:
+            return self.call_all(request.what, *request.starts)
+        return self.call(request.what, request.starts[0])
+
+    def run(self, steps: Steps[T]) -> T:
+        """Run a plan of requests, blocking."""
+        return run(steps, self.perform)
 
     def translate(self, what: str, exc: Exception) -> Exception:
         """Our error for kazoo's ``exc``; answers that are not failures (no such node, node

@@ -11,7 +11,7 @@ from typing import Any
 
 from ...errors import BackendError, BackendUnavailable
 from .nodes import NodeData, key_node, node_owner, ordered
-from .session import Session
+from .session import Request, Session, Steps
 
 __all__ = ["LockTree", "Mine", "op"]
 
@@ -40,6 +40,7 @@ class Mine:
     #: the claim's reply while it has not been read (kazoo's async result), or UNSENT
     claim: Any = None
     lease_ms: int = 0  #: the lease the claim stamps
+    since: float = 0.0  #: when it claimed (epoch s, the server's clock as seen); 0: not yet
 
 
 class LockTree:
@@ -50,6 +51,8 @@ class LockTree:
         self.root = root
         self._root_made = False
         self._crowded: dict[str, None] = {}
+        #: keys whose parent a transaction of ours is making now (how many)
+        self._opening: dict[str, int] = {}
         #: (key, owner id) whose node may be left behind (a lost reply, a waiter that left
         #: during an outage): deleted when the connection is back
         self._orphans: set[tuple[str, str]] = set()
@@ -63,19 +66,20 @@ class LockTree:
         """The path of ``key``'s parent node."""
         return f"{self.root}/{key_node(key)}"
 
-    def call(self, what: str, start: Any) -> Any:
+    def call(self, what: str, start: Any) -> Steps[Any]:
         """One request through the session (the locks root is made before the first)."""
-        self._make_root()
-        return self.session.call(what, start)
+        yield from self._make_root()
+        return (yield Request(what, (start,)))
 
-    def call_all(self, what: str, *starts: Any) -> list[Any]:
+    def call_all(self, what: str, *starts: Any) -> Steps[list[Any]]:
         """Several requests sent at once (see ``Session.call_all``)."""
-        self._make_root()
-        return self.session.call_all(what, *starts)
+        yield from self._make_root()
+        answers: list[Any] = yield Request(what, starts, many=True)
+        return answers
 
-    def _make_root(self) -> None:
+    def _make_root(self) -> Steps[None]:
         if not self._root_made:
-            self.session.call("create the locks root", lambda c: c.ensure_path_async(self.root))
+            yield Request("create the locks root", (lambda c: c.ensure_path_async(self.root),))
             self._root_made = True
 
     def saw(self, stat: Any) -> None:
@@ -89,7 +93,9 @@ class LockTree:
             return time.time() * 1000.0  # no write yet: our clock (admin display only)
         return self._server_ms + (time.monotonic() - self._server_at) * 1000.0
 
-    def create(self, key: str, oid: str, ms: int, queueing: bool) -> tuple[Mine, list[str] | None]:
+    def create(
+        self, key: str, oid: str, ms: int, queueing: bool
+    ) -> Steps[tuple[Mine, list[str] | None]]:
         """Make our node for ``oid``; with the key's parent in the same transaction when the
         key is free (one round trip, and we are first: the node claims the lock at once).
         On a key contended lately, the contenders are listed in the same round trip (the
@@ -100,12 +106,16 @@ class LockTree:
         parent = self.parent(key)
         prefix = f"{parent}/{oid}-"
         generation = self.session.generation
-        claim = NodeData.here(ms).encode()
-        data = NodeData.here(0, wants_ms=ms).encode() if queueing else claim
+        now = self.server_now() / 1000.0
+        claim = NodeData.here(ms, since=now).encode()
+        data = NodeData.here(0, wants_ms=ms, since=now).encode() if queueing else claim
+        since = 0.0 if queueing else now
         for _ in range(_ROUNDS):
-            if key in self._crowded:
-                # Contended lately: the parent is most likely there, skip the transaction.
-                made, listed = self.creating_all(
+            if key in self._crowded or self._opening.get(key):
+                # Contended lately, or another caller here is making the parent (its request
+                # is ahead of ours in the session): skip the transaction. A NoNodeError
+                # sends us round again.
+                made, listed = yield from self.creating_all(
                     key,
                     oid,
                     op(
@@ -124,7 +134,9 @@ class LockTree:
                 path, stat = made
                 self.saw(stat)
                 children = None if isinstance(listed, Exception) else ordered(list(listed))
-                return Mine(path, stat.czxid, stat.version, not queueing, generation), children
+                return Mine(
+                    path, stat.czxid, stat.version, not queueing, generation, since=since
+                ), children
 
             def multi(c: Any) -> Any:
                 t = c.transaction()  # which, unlike create(), ignores the default ACL
@@ -133,12 +145,18 @@ class LockTree:
                 t.set_data(prefix + "0" * 10, claim)  # a fresh parent numbers from 0
                 return t.commit_async()
 
-            results = self.creating(key, oid, multi)
+            self._opening[key] = self._opening.get(key, 0) + 1
+            try:
+                results = yield from self.creating(key, oid, multi)
+            finally:
+                left = self._opening.pop(key, 1) - 1
+                if left:
+                    self._opening[key] = left
             if not isinstance(results[0], Exception):
                 stat = results[2]
                 self.saw(stat)
                 return Mine(
-                    results[1], stat.czxid, stat.version, True, generation, first=True
+                    results[1], stat.czxid, stat.version, True, generation, first=True, since=now
                 ), None
             if isinstance(results[0], NodeExistsError):
                 self._crowded[key] = None
@@ -150,7 +168,7 @@ class LockTree:
                 if error is failed:
                     error = BackendError(f"creating the lock node of {key!r} failed: {failed!r}")
                 raise error from failed
-            made, listed = self.creating_all(
+            made, listed = yield from self.creating_all(
                 key,
                 oid,
                 op("create_async", prefix, data, ephemeral=True, sequence=True, include_data=True),
@@ -161,25 +179,27 @@ class LockTree:
             path, stat = made
             self.saw(stat)
             children = None if isinstance(listed, Exception) else ordered(list(listed))
-            return Mine(path, stat.czxid, stat.version, not queueing, generation), children
+            return Mine(
+                path, stat.czxid, stat.version, not queueing, generation, since=since
+            ), children
         raise BackendUnavailable(f"the lock node of {key!r} kept vanishing while created")
 
-    def creating(self, key: str, oid: str, start: Any) -> Any:
+    def creating(self, key: str, oid: str, start: Any) -> Steps[Any]:
         """Send a create; if its answer is lost, the node may exist all the same: leave its
         owner id for the sweep that runs when the connection is back."""
         try:
-            return self.call(f"create the lock node of {key!r}", start)
+            return (yield from self.call(f"create the lock node of {key!r}", start))
         except BackendUnavailable:
             self.orphan(key, oid)
             raise
 
-    def creating_all(self, key: str, oid: str, *starts: Any) -> list[Any]:
+    def creating_all(self, key: str, oid: str, *starts: Any) -> Steps[list[Any]]:
         """:meth:`creating` with further requests sent in the same round trip (the create
         first); a refusal comes back as its exception, NoNodeError for the create."""
         from kazoo.exceptions import NoNodeError
 
         try:
-            answers = self.call_all(f"create the lock node of {key!r}", *starts)
+            answers = yield from self.call_all(f"create the lock node of {key!r}", *starts)
         except BackendUnavailable:
             self.orphan(key, oid)
             raise
@@ -187,12 +207,12 @@ class LockTree:
             raise BackendError(f"creating the lock node of {key!r} failed: {answers[0]!r}")
         return answers
 
-    def children(self, key: str) -> list[str]:
+    def children(self, key: str) -> Steps[list[str]]:
         """The contenders of ``key`` in queue order; ``[]`` for a free key."""
         from kazoo.exceptions import NoNodeError
 
         try:
-            found = self.call(
+            found = yield from self.call(
                 f"list the contenders of {key!r}",
                 lambda c: c.get_children_async(self.parent(key)),
             )
@@ -206,8 +226,9 @@ class LockTree:
 
         Called after our node's delete. On a key contended lately the parent is most likely
         still in use, and a refused delete is a write (logged by the server like any other),
-        so the children are listed first (a read) and the parent deleted only if none is
-        left. Whoever deletes the last node lists after that delete and finds it empty."""
+        so its children are counted first (a read of its stat, not a list of a long queue)
+        and the parent deleted only if none is left. Whoever deletes the last node reads
+        after that delete and finds it empty."""
         client = self.session._client
         if client is None or not client.connected:
             return
@@ -216,26 +237,27 @@ class LockTree:
             client.delete_async(parent)
             return
 
-        def listed(result: Any) -> None:
+        def counted(result: Any) -> None:
             try:
-                if not result.get():
+                stat = result.get()
+                if stat is not None and not stat.numChildren:
                     client.delete_async(parent)
             except Exception:  # gone already, or the connection: nothing to do
                 return
 
-        client.get_children_async(parent).rawlink(listed)
+        client.exists_async(parent).rawlink(counted)
 
-    def delete(self, path: str, version: int = -1) -> bool:
+    def delete(self, path: str, version: int = -1) -> Steps[bool]:
         """Delete ``path`` (if still at ``version``); False if it was gone or had changed."""
         from kazoo.exceptions import BadVersionError, NoNodeError
 
         try:
-            self.call(f"delete {path}", lambda c: c.delete_async(path, version))
+            yield from self.call(f"delete {path}", lambda c: c.delete_async(path, version))
         except (NoNodeError, BadVersionError):
             return False
         return True
 
-    def claim_and_delete(self, path: str, data: bytes) -> bool:
+    def claim_and_delete(self, path: str, data: bytes) -> Steps[bool]:
         """Stamp ``path`` with ``data`` and delete it in one transaction (its watchers see the
         change, then the deletion); False if it was gone."""
 
@@ -245,7 +267,7 @@ class LockTree:
             t.delete(path)
             return t.commit_async()
 
-        results = self.call(f"delete {path}", multi)
+        results = yield from self.call(f"delete {path}", multi)
         return not isinstance(results[0], Exception)
 
     # -- nodes left behind ----------------------------------------------------------------------
@@ -259,17 +281,17 @@ class LockTree:
         """True while some node may be left behind (see :meth:`sweep`)."""
         return bool(self._orphans)
 
-    def sweep(self, held: set[str]) -> None:
+    def sweep(self, held: set[str]) -> Steps[None]:
         """Delete nodes a lost reply or an outage may have left under our owner ids (but not
         the ``held`` paths)."""
         with self._orphans_lock:
             pending, self._orphans = self._orphans, set()
         for key, oid in pending:
             try:
-                for child in self.children(key):
+                for child in (yield from self.children(key)):
                     path = f"{self.parent(key)}/{child}"
                     if node_owner(child) == oid and path not in held:
-                        self.delete(path)
+                        yield from self.delete(path)
                 self.drop_parent(key)
             except BackendError:
                 self.orphan(key, oid)

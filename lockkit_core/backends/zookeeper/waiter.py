@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..base import Grant, Waiter
+from .session import Steps
 
 if TYPE_CHECKING:
     from .backend import ZooKeeperBackend
@@ -41,6 +42,8 @@ class ZooKeeperWaiter(Waiter):
         self._term_ms = 0  # the lease the node ahead holds or will claim
         self._claimed_at: float | None = None  # when its data changed (a claim or renewal)
         self._due: float | None = None  # when that lease runs out unless renewed
+        #: also told when there is something to look at (an asyncio waiter's loop)
+        self.bell: Callable[[], None] = lambda: None
         backend._queued[(key, owner)] = self
 
     def watching(self, path: str, holds: bool) -> Callable[[Any], None]:
@@ -58,7 +61,7 @@ class ZooKeeperWaiter(Waiter):
                 self._term_ms = term_ms
                 if self._claimed_at is not None and term_ms:
                     self._due = self._claimed_at + term_ms / 1000.0
-                    self._cond.notify()
+                    self._notify()
 
     def head_gone(self) -> bool:
         """True once the holder's node we watched (we were next) was deleted."""
@@ -80,29 +83,48 @@ class ZooKeeperWaiter(Waiter):
                 self._claimed_at = time.monotonic()
                 if self._term_ms:
                     self._due = self._claimed_at + self._term_ms / 1000.0
-                    self._cond.notify()
+                    self._notify()
                 return
             if event.type == "DELETED":
                 self._head_gone = self._holds
                 self._target = None
             self._go = True
-            self._cond.notify()
+            self._notify()
+
+    def _notify(self) -> None:
+        self._cond.notify()
+        self.bell()
+
+    def pause(self, end: float) -> float | None:
+        """How long to sleep before looking again, or None: stop waiting (something
+        happened, or ``end`` came). Called with the condition's lock held."""
+        if not self._go:
+            until = end if self._due is None else min(end, self._due)
+            left = until - time.monotonic()
+            if left > 0:
+                return left
+        self._go = False
+        if self._due is not None and self._due <= time.monotonic():
+            self._due = None  # the next attempt reads the lease afresh
+        return None
+
+    def look(self, end: float) -> float | None:
+        """:meth:`pause`, taking the lock (for a waiter that sleeps elsewhere)."""
+        with self._cond:
+            return self.pause(end)
 
     def wait(self, timeout: float) -> Grant | None:
         end = time.monotonic() + timeout
         with self._cond:
-            while not self._go:
-                until = end if self._due is None else min(end, self._due)
-                left = until - time.monotonic()
-                if left <= 0:
-                    break
+            while (left := self.pause(end)) is not None:
                 self._cond.wait(left)
-            self._go = False
-            if self._due is not None and self._due <= time.monotonic():
-                self._due = None  # the next attempt reads the lease afresh
         return None  # the next attempt claims the lock if we are first now
 
-    def close(self, acquired: bool, *, reachable: bool = True) -> None:
+    def leaving(self, acquired: bool, reachable: bool) -> Steps[None]:
+        """:meth:`close`'s requests: drop our node unless we hold the lock with it."""
         self._backend._queued.pop((self.key, self.owner), None)
         if not acquired:
-            self._backend.leave(self.key, self.owner, reachable=reachable)
+            yield from self._backend.leave(self.key, self.owner, reachable=reachable)
+
+    def close(self, acquired: bool, *, reachable: bool = True) -> None:
+        self._backend.session.run(self.leaving(acquired, reachable))

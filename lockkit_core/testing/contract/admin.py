@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
 from ...backends.base import Capability, owner_hint
 from .fixtures import ContractBase, KitFactory
 
@@ -43,6 +47,29 @@ class AdminContract(ContractBase):
         assert admin.info("b:1") is None
         assert admin.force_release("b:1") is False
         held[0].release()
+
+    def test_admin_shows_when_the_holder_took_it(self, make_kit: KitFactory) -> None:
+        kit = make_kit()
+        admin = make_kit().admin
+        before = time.time()
+        lock = kit.lock("aged", ttl=5, auto_renew=False)
+        assert lock.acquire()
+        after = time.time()
+        info = admin.info("aged")
+        assert info is not None and info.started is not None, "the store keeps no start time"
+        # The store's clock on this host: within a second of ours (SQL stores keep their own).
+        assert before - 1.0 <= info.started <= after + 1.0
+        age = info.age()
+        assert age is not None and 0.0 <= age < 5.0
+        if Capability.TTL in kit.backend.capabilities:
+            lock.extend(5)  # an extension is no new start
+            again = admin.info("aged")
+            assert again is not None and again.started == pytest.approx(info.started, abs=1e-3)
+        if Capability.LIST in kit.backend.capabilities:
+            [listed] = admin.list("aged")
+            assert listed.started == pytest.approx(info.started, abs=1e-3)
+        lock.release()
+        assert admin.info("aged") is None
 
     def test_admin_list_stays_inside_the_namespace(
         self, make_kit: KitFactory, namespace: str

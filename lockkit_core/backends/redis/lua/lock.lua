@@ -3,7 +3,8 @@
 -- while each call still declares every key it touches (Redis Cluster requires that).
 --
 -- The keys of one lock, all in the hash slot of "{<namespace>:<key>}":
---   L  KEYS[1]  "lockkit:{<ns:key>}"    "<id>|<token>|<holder>", the lease as its PX
+--   L  KEYS[1]  "lockkit:{<ns:key>}"    "<id>|<token>|<started>|<holder>", the lease as its PX;
+--                 <started>: server ms of the grant, from the TIME the token already read
 --   F  KEYS[2]  "lockkit:{<ns:key>}:f"  the key's last fencing token; lives FENCE_MS past a grant
 --   Q  KEYS[3]  "lockkit:{<ns:key>}:q"  zset of waiter ids, scored by arrival number (a counter)
 --   E  KEYS[4]  "lockkit:{<ns:key>}:e"  hash: waiter id ->
@@ -14,6 +15,9 @@
 --                 waiter), 'w' (the head's id once it knows when to ask again), 'l' (the
 --                 process that last freed the lock past the head), 's' (a
 --                 fair=True waiter joined: no barging until the queue empties)
+--   G  "lockkit:{<ns:key>}:g:<id>"  list: the token handed to the fair=True waiter <id>, which
+--                 waits for it with BLPOP; not in KEYS (the releaser cannot know the waiter
+--                 beforehand) but in the lock's hash slot, so Cluster serves it on the same node
 -- <id> is an owner's public name: sha1hex(secret), 40 hex digits (its first 8 are the admin
 -- hint). The secret is never stored nor published: the operations that
 -- act on a held lock present it, and only its id is compared.
@@ -103,6 +107,11 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- A grant's start for the admin views; next_token read the clock already (no command more).
+local function started()
+  return string.format('%.0f', now_ms())
+end
+
 -- max(last token + 1, server time in us, floor + 1): the counter alone keeps tokens rising while
 -- it exists; the clock carries them over a lost counter (restart without persistence, expiry)
 -- unless the clock stepped back further than the time since the last grant; the floor carries
@@ -174,12 +183,19 @@ local function hand_over(F, Q, E, floor, me)
   while true do
     local head = redis.call('zrange', Q, 0, 0)[1]
     if not head then return nil end
-    local expires, lease, channel, _, holder = parse(redis.call('hget', E, head))
+    local expires, lease, channel, fair, holder = parse(redis.call('hget', E, head))
     drop(Q, E, head)
     if expires and tonumber(expires) > now_ms() then
       local token = next_token(F, floor)
-      redis.call('set', L, head .. '|' .. token .. '|' .. holder, 'px', lease)
-      if head == me or notify(channel, head .. '|' .. token) > 0 then
+      redis.call('set', L, head .. '|' .. token .. '|' .. started() .. '|' .. holder, 'px', lease)
+      if head == me then return head, token end
+      if notify(channel, head .. '|' .. token) > 0 then
+        if fair then
+          -- The grant itself, for a fair waiter blocked on it (BLPOP): it comes from the
+          -- store, so it needs no confirming round trip as a notice does. Same hash slot.
+          redis.call('rpush', L .. ':g:' .. head, token)
+          redis.call('pexpire', L .. ':g:' .. head, lease)
+        end
         return head, token
       end
       redis.call('del', L)
@@ -257,7 +273,9 @@ local function operate(op, K, A)
     if current then
       if current_id == id then
         -- our own lock: the answer to an earlier attempt was lost, or it was handed to us
+        -- (its grant list, if any, was not read: see hand_over)
         redis.call('pexpire', L, lease)
+        if channel ~= '' then redis.call('del', L .. ':g:' .. id) end
         return {1, string.match(current, '^[^|]*|(%d+)')}
       end
       local pttl = redis.call('pttl', L)
@@ -303,7 +321,7 @@ local function operate(op, K, A)
       end
     end
     local token = next_token(F, floor)
-    redis.call('set', L, id .. '|' .. token .. '|' .. holder, 'px', lease)
+    redis.call('set', L, id .. '|' .. token .. '|' .. started() .. '|' .. holder, 'px', lease)
     return {1, token}
   end
 
@@ -314,6 +332,7 @@ local function operate(op, K, A)
       -- a waiter gives up; a lock handed to it meanwhile is passed on, not kept, and one freed
       -- past the queue (the head that left would have asked for it) goes to the next in order
       drop(Q, E, id)
+      redis.call('del', L .. ':g:' .. id)
       if redis.call('exists', L) == 0 then
         hand_over(F, Q, E, A[3], nil)
         return 0

@@ -1,0 +1,113 @@
+"""``python -m benchmarks.redis_fair``: redis:// ``fair=True`` against the default lock.
+
+Two measurements on one fresh redis-server:
+
+1. order: ``--processes`` processes queue for a held key one after another (each only once
+   the one before it is in the queue), then the holder lets go; FIFO % is the share of them
+   served in the order they queued, over ``--rounds`` rounds;
+2. speed: the contention scenario of ``benchmarks.contended`` (``--processes`` processes on
+   one key), the two locks taking turns ``--repeats`` times; the medians of sections/s.
+
+The target: FIFO 100 % with ``fair=True`` at >= 90 % of the default lock's sections/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import multiprocessing
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from . import scenarios
+from .machine import choose_pinnings, pin_self
+from .scenarios import Settings
+from .servers import redis_server
+
+_SPAWN = multiprocessing.get_context("spawn")
+_NAMES = ("lockkit", "lockkit fair=True")
+
+
+def _queue_up(url: str, namespace: str, index: int, out: Any) -> None:
+    from lockkit_core import LockKit
+
+    with LockKit(url, namespace=namespace, ttl=30.0) as kit:
+        lock = kit.lock("fair", fair=True, timeout=60)
+        lock.acquire()
+        out.put(index)
+        lock.release()
+
+
+def _order(url: str, raw: Any, processes: int) -> list[int]:
+    """One round: the order in which the queued processes got the key."""
+    from lockkit_core import LockKit
+
+    namespace = f"fair{uuid.uuid4().hex[:8]}"
+    queue_key = f"lockkit:{{{namespace}:fair}}:q"
+    out = _SPAWN.Queue()
+    with LockKit(url, namespace=namespace, ttl=30.0) as kit:
+        holder = kit.lock("fair")
+        holder.acquire()
+        procs = []
+        for i in range(processes):
+            proc = _SPAWN.Process(target=_queue_up, args=(url, namespace, i, out))
+            proc.start()
+            procs.append(proc)
+            deadline = time.monotonic() + 60
+            while raw.zcard(queue_key) < i + 1:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"contender {i} never queued")
+                time.sleep(0.002)
+        holder.release()
+        order = [out.get(timeout=60) for _ in range(processes)]
+        for proc in procs:
+            proc.join(30)
+    return order
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.redis_fair", description=__doc__)
+    parser.add_argument("--processes", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    args = parser.parse_args(argv)
+    settings = dataclasses.replace(
+        Settings(), seconds=args.seconds, processes=args.processes, contention_rounds=1
+    )
+    (pinning,) = choose_pinnings(("same",))
+    with redis_server(pinning.server_cpu) as server:
+        pin_self(pinning.client_cpu)
+        orders = [_order(server.url, server.client, args.processes) for _ in range(args.rounds)]
+        in_place = sum(i == got for order in orders for i, got in enumerate(order))
+        fifo = 100.0 * in_place / (args.processes * args.rounds)
+
+        def fresh() -> str:
+            server.reset()
+            return server.url
+
+        rates: dict[str, list[float]] = {name: [] for name in _NAMES}
+        for repeat in range(args.repeats):
+            names = _NAMES if repeat % 2 == 0 else _NAMES[::-1]
+            for row in scenarios.contention(names, fresh, settings, pinning.client_cpu):
+                if "error" in row:
+                    raise RuntimeError(f"{row['library']}: {row['error']}")
+                rates[row["library"]].append(float(row["per_second"]))
+    default, fair = (statistics.median(rates[name]) for name in _NAMES)
+    print(f"redis:// fair=True, {args.processes} processes ({pinning.note})")
+    print(f"  order: {args.rounds} rounds, served as queued: {fifo:.0f} %  {orders}")
+    for name in _NAMES:
+        shown = ", ".join(f"{rate:,.0f}" for rate in rates[name])
+        print(f"  {name:<18} sections/s median {statistics.median(rates[name]):>7,.0f}  ({shown})")
+    ratio = fair / default
+    met = fifo == 100.0 and ratio >= 0.9
+    print(f"  {'met' if met else 'missed':<7} FIFO 100 % at >= 90 % of the default: {ratio:.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
