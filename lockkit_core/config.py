@@ -77,13 +77,18 @@ def default_url() -> str:
     return "file://" + os.path.join(tempfile.gettempdir(), f"lockkit-{uid}")
 
 
+#: what a number of seconds may be (a tuple: ``int | float`` would build a union per call,
+#: and these checks run on every lock and acquire)
+_NUMBER = (int, float)
+
+
 def check_seconds(name: str, value: object, *, allow_none: bool) -> float | None:
     """Validate a duration in seconds: a positive finite number (or ``None`` if allowed)."""
     if value is None:
         if allow_none:
             return None
         raise ConfigError(f"{name} must be a positive number of seconds, got None")
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, _NUMBER):
         raise ConfigError(
             f"{name} must be a positive number of seconds, got {type(value).__name__} {value!r}"
         )
@@ -124,9 +129,9 @@ def check_timeout(value: object, name: str = "timeout") -> float | None:
             f"{name} must be a number of seconds, None or -1, got {value!r} "
             "(use blocking=False or timeout=0 not to wait)"
         )
-    if value is None or (isinstance(value, int | float) and value == -1):
+    if value is None or (isinstance(value, _NUMBER) and value == -1):
         return None
-    if isinstance(value, int | float) and value == 0:
+    if isinstance(value, _NUMBER) and value == 0:
         return 0.0
     return check_seconds(name, value, allow_none=True)
 

@@ -73,8 +73,9 @@ class Handle:
         # Reentrant: this thread's [hold, depth], in a thread-local so that it dies with its
         # thread and a later thread reusing the ident starts empty; and the handle's asyncio
         # acquisition's. Non-reentrant: the hold of the current acquisition, whichever thread
-        # or task took it.
-        self._local = threading.local()
+        # or task took it (no thread-local: making one costs more than the rest of a handle).
+        if reentrant:
+            self._local = threading.local()
         self._async_use: list[Any] | None = None
         self._hold: Hold | None = None
         self._last: Hold | None = None  # what other threads and callbacks see

@@ -9,6 +9,7 @@ __all__ = [
     "MIN_TTL",
     "next_wait",
     "on_store",
+    "renew_at",
     "renew_interval",
     "retry_interval",
     "validity",
@@ -47,6 +48,19 @@ def validity(ttl: float | None) -> float:
 def renew_interval(ttl: float) -> float:
     """The watchdog extends every ttl/3, so two extensions in a row may fail before loss."""
     return ttl / 3.0
+
+
+#: renewals are due on a grid of ttl/RENEW_GRID: holds taken close together share a wake-up
+RENEW_GRID = 12
+
+
+def renew_at(now: float, ttl: float) -> float:
+    """When to renew a lease of ``ttl`` seconds obtained at ``now``: :func:`renew_interval`
+    later, rounded down to a multiple of ``ttl / RENEW_GRID``, so between ttl/4 and ttl/3.
+    Every acquisition in one such step is then renewed (or found released) at one wake-up of
+    the watchdog, not one each; early is safe, late would not be."""
+    step = ttl / RENEW_GRID
+    return math.floor((now + renew_interval(ttl)) / step) * step
 
 
 def retry_interval(ttl: float) -> float:

@@ -1,4 +1,5 @@
-"""The watchdog: one thread per process that renews leases every ttl/3 and reports lost ones.
+"""The watchdog: one thread per process that renews leases every ttl/4 to ttl/3 (on a grid, so
+holds taken close together share a wake-up) and reports lost ones.
 
 Holds that neither renew nor have ``on_lost`` callbacks never reach it: they cost nothing.
 
@@ -50,7 +51,7 @@ class Watchdog:
         if hold.ttl is None:
             return
         if hold.auto_renew:
-            self.schedule(hold, time.monotonic() + lease.renew_interval(hold.ttl))
+            self.schedule(hold, lease.renew_at(time.monotonic(), hold.ttl))
         elif _has_on_lost(hold):
             self.schedule(hold, hold.deadline)
 
@@ -93,7 +94,9 @@ class Watchdog:
                     due, _, hold = self._heap[0]
                     now = time.monotonic()
                     # Released holds stay until their due time: popping them early would
-                    # wake this thread (and take the GIL) once per acquisition.
+                    # wake this thread (and take the GIL) once per acquisition, as a new
+                    # hold's renewal is then earlier than the next wake-up. Due times lie on
+                    # a grid (lease.renew_at): one wake-up serves every hold of one step.
                     if due > now:
                         self._wake_at = due
                         self._cond.wait(due - now)
@@ -137,7 +140,7 @@ class Watchdog:
             self.schedule(hold, min(now + lease.retry_interval(ttl), hold.deadline))
             return
         if renewed and hold.active:
-            self.schedule(hold, time.monotonic() + lease.renew_interval(ttl))
+            self.schedule(hold, lease.renew_at(time.monotonic(), ttl))
 
 
 def _has_on_lost(hold: Hold) -> bool:

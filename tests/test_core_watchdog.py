@@ -204,3 +204,42 @@ def test_a_lease_less_hold_re_entered_by_a_live_handle_is_kept(tmp_path: Path) -
         gc.collect()
         assert kit.admin.info("kept") is not None
         second.release()
+
+
+def test_released_holds_do_not_wake_the_watchdog_one_by_one() -> None:
+    """Every acquisition schedules a renewal at ttl/3; most holds are released long before.
+    Waking up for each released one would take the GIL from the application once per
+    acquisition, a third of a ttl later: a busy server's request threads would stall on it.
+    They are dropped in bulk whenever the watchdog is awake anyway."""
+    from lockkit_core.watchdog import Watchdog
+
+    wakes = 0
+
+    class Counting(threading.Condition):
+        def wait(self, timeout: float | None = None) -> bool:
+            nonlocal wakes
+            wakes += 1
+            return super().wait(timeout)
+
+    watchdog = Watchdog()
+    watchdog._cond = Counting()
+    kit = LockKit("memory://", namespace=f"t{uuid.uuid4().hex[:8]}", ttl=3)
+    try:
+        held = kit.lock("held", ttl=30)  # an active hold keeps the watchdog's heap busy
+        held.acquire()
+        hold = held._here()
+        assert hold is not None
+        watchdog.watch(hold)
+        for i in range(200):
+            lock = kit.lock(f"k{i}")
+            lock.acquire()
+            inner = lock._here()
+            assert inner is not None
+            watchdog.watch(inner)  # due ttl/4..ttl/3 from now, like every acquisition's renewal
+            lock.release()
+            time.sleep(0.001)
+        time.sleep(1.2)  # every released hold is now past its due time
+        assert wakes < 20, f"the watchdog woke {wakes} times for 200 released holds"
+        held.release()
+    finally:
+        kit.close()

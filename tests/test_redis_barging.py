@@ -8,6 +8,7 @@ call on a real server and the order of events is the test's, not the scheduler's
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import time
@@ -282,7 +283,7 @@ def test_a_head_that_left_without_a_word_is_left_for_at_its_turn(kit: LockKit) -
 def _elsewhere(redis_server: Any, namespace: str) -> LockKit:
     """A kit that speaks for another process (another host's, as the store sees it)."""
     other = LockKit(redis_server.url, namespace=namespace, ttl=TTL)
-    _backend(other)._holder = "elsewhere.example pid "
+    _backend(other)._holder_here = f"elsewhere.example pid {os.getpid()}"
     _listening(other)
     return other
 

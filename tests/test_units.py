@@ -175,3 +175,14 @@ def test_every_lockkit_error_survives_pickling() -> None:
         assert str(back) == str(error)
         assert back.__dict__ == error.__dict__
         assert getattr(back, "key", None) == getattr(error, "key", None)
+
+
+def test_renewals_fall_on_a_grid_between_a_quarter_and_a_third_of_the_ttl() -> None:
+    from lockkit_core.lease import renew_at
+
+    for now in (0.0, 0.01, 7.3, 1234.5678):
+        due = renew_at(now, 3.0)
+        assert now + 0.75 - 1e-9 <= due <= now + 1.0 + 1e-9
+        assert abs(due / 0.25 - round(due / 0.25)) < 1e-6  # a multiple of ttl/12
+    # acquisitions close together share one due time: one wake-up of the watchdog
+    assert renew_at(100.01, 3.0) == renew_at(100.2, 3.0)

@@ -1,32 +1,35 @@
 """``redis://`` on an event loop: the lock operations over ``redis.asyncio``.
 
 The same Lua script, the same arguments and the same reading of its answers as the blocking
-operations (:class:`~.backend.RedisBackend` builds both), sent by a ``redis.asyncio`` client
-of the running loop; driver errors become lockkit's errors through the backend's one
-translation (:meth:`~.backend.RedisBackend.failure`). Hand-over notices reach asyncio
-waiters through the backend's one listener thread (:class:`AsyncRedisWaiter`), which wakes
-their loop; never a thread per waiter.
+operations (:class:`~.backend.RedisBackend` builds both), sent on ``redis.asyncio``
+connections of the running loop held by :mod:`.aio_wire`; driver errors become lockkit's
+errors through the backend's one translation (:meth:`~.backend.RedisBackend.failure`).
+Hand-over notices reach asyncio waiters through the backend's one listener thread
+(:class:`AsyncRedisWaiter`), which wakes their loop; never a thread per waiter.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError, BackendUnavailable
 from ...sansio import arun
 from ..aio import AsyncOps, AsyncWaiter, LoopEvent
 from ..base import Grant
+from .aio_wire import AsyncConnections
+from .clients import ASYNC_MAX_CONNECTIONS
+from .scripts import SCRIPT_LOAD
 from .waiter import READY_WITHIN, Confirm, RedisWaiter
+from .wire import Packer
 
 if TYPE_CHECKING:
     from .backend import RedisBackend
 
 __all__ = ["RedisOps"]
-
-T = TypeVar("T")
 
 #: how long (seconds, plus two ttls) an attempt that failed in an outage is given back for
 #: (the blocking path's ABANDONED_FOR)
@@ -45,31 +48,60 @@ class RedisOps(AsyncOps):
         self.client = backend.make_async_client()
         self._source = backend._script.source
         self._sha = backend._script.sha
+        self._packers = {n: Packer(("EVALSHA", self._sha, n)) for n in (1, 4)}
+        # The client is a maker of connections (TLS, AUTH, SELECT, the Sentinel's master:
+        # redis-py's); they are held and lent by AsyncConnections. A cluster client routes
+        # each command itself, and keeps doing so.
+        pool = getattr(self.client, "connection_pool", None)
+        self._connections = (
+            None
+            if pool is None
+            else AsyncConnections(
+                pool.make_connection,
+                getattr(pool, "max_connections", None) or ASYNC_MAX_CONNECTIONS,
+                backend._socket_timeout,
+            )
+        )
 
-    async def _script(self, numkeys: int, args: list[Any]) -> Any:
-        try:
-            return await self.client.evalsha(self._sha, numkeys, *args)
-        except self._noscript:
-            await self.client.script_load(self._source)  # the same digest: it is the source's
-            return await self.client.evalsha(self._sha, numkeys, *args)
-
-    async def _call(self, what: str, request: Callable[[], Awaitable[T]], retry: bool) -> T:
+    async def _script(self, what: str, key: str, numkeys: int, args: list[Any], retry: bool) -> Any:
+        """Run the script with ``args``; driver errors become the backend's (``what`` the
+        key is for names the operation: formatted only then). ``retry``: once, at once, on
+        a dropped connection (idempotent operations only)."""
+        if self._connections is None:
+            call = self._routed(numkeys, args)
+        else:
+            packed = self._packers[numkeys].pack(args)
+            call = functools.partial(self._connections.call, packed)
         for attempt in (0, 1):
             try:
-                return await request()
+                try:
+                    return await call()
+                except self._noscript:
+                    await self._load()  # the same digest: the source's
+                    return await call()
             except self._errors as exc:
-                error = self._backend.failure(what, exc, may_retry=retry and attempt == 0)
+                may_retry = retry and attempt == 0
+                error = self._backend.failure(f"{what} {key!r}", exc, may_retry=may_retry)
                 if error is None:
                     continue
                 raise error from exc
         raise AssertionError("unreachable")
+
+    def _routed(self, numkeys: int, args: list[Any]) -> Callable[[], Awaitable[Any]]:
+        return lambda: self.client.evalsha(self._sha, numkeys, *args)
+
+    async def _load(self) -> None:
+        if self._connections is None:
+            await self.client.script_load(self._source)
+        else:
+            await self._connections.call(SCRIPT_LOAD.pack((self._source,)))
 
     async def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         backend = self._backend
         args = backend.acquire_args(key, owner, ttl)
         sent = time.monotonic()
         try:
-            reply = await self._call(f"acquire {key!r}", lambda: self._script(4, args), True)
+            reply = await self._script("acquire", key, 4, args, True)
         except BackendUnavailable:
             # As the blocking path: the request may still land when the link heals.
             backend.leaver.give_back(key, owner, time.monotonic() + ABANDONED_FOR + 2 * ttl)
@@ -78,16 +110,15 @@ class RedisOps(AsyncOps):
 
     async def release(self, key: str, owner: str) -> bool:
         args = self._backend.release_args(key, owner)
-        return bool(await self._call(f"release {key!r}", lambda: self._script(4, args), False))
+        return bool(await self._script("release", key, 4, args, False))
 
     async def extend(self, key: str, owner: str, ttl: float) -> bool:
         args = self._backend.on_record_args("extend", key, owner, ttl)
-        return bool(await self._call(f"extend {key!r}", lambda: self._script(1, args), True))
+        return bool(await self._script("extend", key, 1, args, True))
 
     async def adopt(self, key: str, owner: str, ttl: float) -> Grant:
         args = self._backend.on_record_args("adopt", key, owner, ttl)
-        reply = await self._call(f"adopt {key!r}", lambda: self._script(1, args), True)
-        return self._backend.adopt_answer(reply)
+        return self._backend.adopt_answer(await self._script("adopt", key, 1, args, True))
 
     async def waiter(self, key: str, owner: str, fair: bool) -> AsyncWaiter:
         waiter = AsyncRedisWaiter(self, key, owner, fair)
@@ -98,7 +129,7 @@ class RedisOps(AsyncOps):
         """Leave the queue and give back any lease ``owner`` holds: an attempt cancelled on
         its way may have queued it, or taken the key."""
         args = self._backend.leave_args(key, owner)
-        await self._call(f"leave the queue of {key!r}", lambda: self._script(4, args), True)
+        await self._script("leave the queue of", key, 4, args, True)
 
 
 class AsyncRedisWaiter(AsyncWaiter):

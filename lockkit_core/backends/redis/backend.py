@@ -125,7 +125,8 @@ class RedisBackend(Backend):
         # The highest fencing token this backend has seen on any key: no later grant is
         # lower, even when the server lost its counters and its clock is behind.
         self._floor = 0
-        self._holder = f"{socket.gethostname()} pid "
+        #: '<host> pid <pid>': which process holds a lease (made once; again after a fork)
+        self._holder_here = f"{socket.gethostname()} pid {os.getpid()}"
         self._listener = Listener(self, sharded=self.sharded)
         #: leaves queues, and gives back what abandoned attempts may take, for owners gone
         self.leaver = Leaver(self.leave)
@@ -160,15 +161,19 @@ class RedisBackend(Backend):
 
     # -- error boundary ------------------------------------------------------------------------
 
-    def _call(self, what: str, func: Callable[[], T], *, retry: bool = False) -> T:
-        """Run one request; translate driver errors. ``retry`` retries once, at once, on a
-        dropped connection (a pooled connection may predate a server restart): only for
-        requests that are safe to repeat."""
+    def _call(
+        self, what: str, func: Callable[[], T], *, retry: bool = False, key: str | None = None
+    ) -> T:
+        """Run one request; translate driver errors, naming ``what`` was being done (to
+        ``key``: the message is made only if one is raised). ``retry`` retries once, at
+        once, on a dropped connection (a pooled connection may predate a server restart):
+        only for requests that are safe to repeat."""
         for attempt in (0, 1):
             try:
                 return func()
             except (self._redis.exceptions.RedisError, TimeoutError) as exc:
-                error = self.failure(what, exc, may_retry=retry and attempt == 0)
+                doing = what if key is None else f"{what} {key!r}"
+                error = self.failure(doing, exc, may_retry=retry and attempt == 0)
                 if error is None:
                     continue
                 raise error from exc
@@ -219,13 +224,13 @@ class RedisBackend(Backend):
     def _try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         args = self.acquire_args(key, owner, ttl)
         sent = time.monotonic()
-        reply = self._call(f"acquire {key!r}", lambda: self._script(*args), retry=True)
+        reply = self._call("acquire", lambda: self._script(*args), retry=True, key=key)
         return self.acquire_answer(key, owner, ttl, reply, sent)
 
     def acquire_args(self, key: str, owner: str, ttl: float) -> list[Any]:
         """The keys and arguments of the script's ``acquire`` (see :meth:`try_acquire`)."""
         ms = max(1, int(ttl * 1000))
-        holder = self._holder + str(os.getpid())
+        holder = self._holder_here
         waiter = self._queued.get((key, owner))
         channel = self._listener.channel_for(key) if waiter is not None else ""
         who = waiter.id if waiter is not None else owner_id(owner)
@@ -253,7 +258,7 @@ class RedisBackend(Backend):
 
     def release(self, key: str, owner: str) -> bool:
         args = self.release_args(key, owner)
-        return bool(self._call(f"release {key!r}", lambda: self._script(*args)))
+        return bool(self._call("release", lambda: self._script(*args), key=key))
 
     def release_args(self, key: str, owner: str) -> list[Any]:
         return [*stored_keys(stored_key(key)), "release", owner, self._floor]
@@ -262,7 +267,7 @@ class RedisBackend(Backend):
         """Take ``owner`` out of the queue of ``key``; pass the lock on if it was handed to
         it, and give back a lease it holds."""
         args = self.leave_args(key, owner)
-        self._call(f"leave the queue of {key!r}", lambda: self._script(*args), retry=True)
+        self._call("leave the queue of", lambda: self._script(*args), retry=True, key=key)
 
     def leave_args(self, key: str, owner: str) -> list[Any]:
         return [*stored_keys(stored_key(key)), "leave", owner, self._floor]
@@ -270,12 +275,12 @@ class RedisBackend(Backend):
     def extend(self, key: str, owner: str, ttl: float) -> bool:
         args = self.on_record_args("extend", key, owner, ttl)
         return bool(
-            self._call(f"extend {key!r}", lambda: self._script_on_record(*args), retry=True)
+            self._call("extend", lambda: self._script_on_record(*args), retry=True, key=key)
         )
 
     def adopt(self, key: str, owner: str, ttl: float) -> Grant:
         args = self.on_record_args("adopt", key, owner, ttl)
-        reply = self._call(f"adopt {key!r}", lambda: self._script_on_record(*args), retry=True)
+        reply = self._call("adopt", lambda: self._script_on_record(*args), retry=True, key=key)
         return self.adopt_answer(reply)
 
     @staticmethod
@@ -306,7 +311,7 @@ class RedisBackend(Backend):
         if self._one_slot:
             return super().begin_run(run, run_owner, key, owner, ttl)
         ms = max(1, int(ttl * 1000))
-        holder = self._holder + str(os.getpid())
+        holder = self._holder_here
         acquire = ("acquire", "always", owner_id(run_owner), ms, holder, "", self._floor, "1")
         adopt = ("adopt", "if-ok", owner, ms)
         try:
@@ -338,7 +343,7 @@ class RedisBackend(Backend):
         if marker is not None:
             key, owner, ttl = marker
             ms = max(1, int(ttl * 1000))
-            holder = self._holder + str(os.getpid())
+            holder = self._holder_here
             keys.append(key)
             ops.append(("acquire", "always", owner_id(owner), ms, holder, "", self._floor, "1"))
         for key, owner in releases:
@@ -479,6 +484,7 @@ class RedisBackend(Backend):
         # and leaver threads did not survive the fork, so start from new ones.
         self._listener = Listener(self, sharded=self.sharded)
         self.leaver = Leaver(self.leave)
+        self._holder_here = f"{socket.gethostname()} pid {os.getpid()}"
         self.places.after_fork_in_child()
 
     def close(self) -> None:

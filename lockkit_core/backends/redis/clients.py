@@ -127,7 +127,7 @@ def _from_bare_url(url: str, kwargs: dict[str, Any]) -> Clients:
         return redis.asyncio.Redis(connection_pool=pool)
 
     timeout = float(kwargs.get("socket_timeout") or 5.0)
-    return Clients(client, listener, make_async, shared=True, socket_timeout=timeout)
+    return Clients(client, listener, make_async, shared=False, socket_timeout=timeout)
 
 
 def _accepted(cls: type, settings: dict[str, Any]) -> dict[str, Any]:

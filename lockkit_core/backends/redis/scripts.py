@@ -12,7 +12,15 @@ from .wire import Packer, connections_for
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["PREFIX", "Script", "owner_id", "script_source", "stored_key", "stored_keys"]
+__all__ = [
+    "PREFIX",
+    "SCRIPT_LOAD",
+    "Script",
+    "owner_id",
+    "script_source",
+    "stored_key",
+    "stored_keys",
+]
 
 PREFIX = "lockkit:{"
 
@@ -34,7 +42,7 @@ def stored_keys(lock_key: str) -> list[str]:
     return [lock_key, lock_key + ":f", lock_key + ":q", lock_key + ":e"]
 
 
-_SCRIPT_LOAD = Packer(("SCRIPT", "LOAD"))
+SCRIPT_LOAD = Packer(("SCRIPT", "LOAD"))
 
 
 class Script:
@@ -65,5 +73,5 @@ class Script:
             return self._connections.call(packed)
         except self._noscript:
             # The digest is the source's: loading it again gives the same one.
-            self._connections.call(_SCRIPT_LOAD.pack((self.source,)))
+            self._connections.call(SCRIPT_LOAD.pack((self.source,)))
             return self._connections.call(packed)

@@ -9,7 +9,6 @@ asks again when the soonest lease it was told of ends, which serves the queue if
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +49,7 @@ class RedisPlaces:
     def try_acquire(self, key: str, owner: str, mode: str, limit: int, ttl: float) -> Grant:
         backend = self.backend
         ms = max(1, int(ttl * 1000))
-        holder = backend._holder + str(os.getpid())
+        holder = backend._holder_here
         waiter = self.queued.get((key, owner))
         channel = backend._listener.channel_for(key) if waiter is not None else ""
         args = [*place_keys(key, mode), "acquire", owner_id(owner), mode, limit, ms, holder,

@@ -3,23 +3,27 @@
 Every lock operation is one script call whose shape never changes (``EVALSHA <sha> <numkeys>``
 or ``FCALL <name> <numkeys>``, then the same number of keys and arguments), so the constant
 head is packed once and only the keys and arguments are encoded per call. Sending goes
-straight to a connection this module holds, bypassing redis-py's per-command path (a pool
-checkout that polls the socket, retry and observability hooks, response callbacks): on a
+straight to the socket of a connection this module holds, and the reply is parsed here
+(:mod:`.resp`), bypassing redis-py's per-command path (a pool checkout that polls the
+socket, retry and observability hooks, a line-by-line reader, response callbacks): on a
 loopback round trip that path costs about as much as the server's own work.
 
-What stays redis-py's: connecting (TCP, TLS, unix sockets, AUTH, the handshake), the reply
-parser (hiredis where installed) and the exception types, so the backend's error boundary
-translates these failures exactly as it does the rest.
+What stays redis-py's: connecting (TCP, TLS, unix sockets, AUTH, the handshake, health
+checks) and the exception types, so the backend's error boundary translates these failures
+exactly as it does the rest.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import socket
 import ssl
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
+
+from .resp import INCOMPLETE, parse_reply
 
 if TYPE_CHECKING:
     import redis
@@ -75,29 +79,54 @@ class Packer:
         return b"".join(chunks)
 
 
+class _Held:
+    """A connection of the pool, and a poll object on its current socket (made again when a
+    reconnection gives it a new one)."""
+
+    __slots__ = ("conn", "poller", "sock")
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.sock: Any = None
+        self.poller: Any = None
+
+    def readable(self, sock: socket.socket) -> bool:
+        """Whether the plain socket ``sock`` has something to read (or was closed)."""
+        if sock is not self.sock:
+            self.sock, self.poller = sock, select.poll()
+            self.poller.register(sock, select.POLLIN)
+        return bool(self.poller.poll(0))
+
+
 class Connections:
     """Connections taken once from a redis-py pool and kept by this path.
 
     A call borrows an idle one (or takes a new one from the pool when all are busy, so
-    threads never share a connection mid-command), sends one packed command, reads its
-    reply and gives the connection back. A connection is given back only in a known state:
-    after a complete reply (an error reply included), or disconnected, so the next call
-    reconnects before sending; one the server closed while it was idle is replaced before
-    sending. Connections inherited over ``fork()`` are never used: the child takes its own.
-    They count toward the pool's ``max_connections``: one per thread that runs lock
-    operations at the same moment.
+    threads never share a connection mid-command), writes one packed command to its socket,
+    reads the whole reply (:mod:`.resp`) and gives the connection back. A connection is given
+    back only in a known state: after a complete reply (an error reply included), or
+    disconnected, so the next call reconnects before sending; one the server closed while it
+    was idle is replaced before sending, and one whose server answered READONLY (a demoted
+    master) is reconnected, so a Sentinel-managed connection finds the new master. Connections
+    inherited over ``fork()`` are never used: the child takes its own. They count toward the
+    pool's ``max_connections``: one per thread that runs lock operations at the same moment.
 
     ``give_back=True`` (the pool is the app's: ``LockKit.from_redis``) returns each connection
-    to the pool after its call instead, so the app's own commands can use it in between.
+    to the pool after its call instead, so the app's own commands can use it in between; the
+    reply is then read by redis-py (the app's connection may speak RESP3, or carry pushes).
     """
 
     def __init__(self, pool: ConnectionPool, *, give_back: bool = False) -> None:
         from redis import exceptions
+        from redis._parsers import BaseParser
 
+        self._connection_error = exceptions.ConnectionError
         self._response_error = exceptions.ResponseError
+        self._read_only = exceptions.ReadOnlyError
         self._dropped = (exceptions.ConnectionError, exceptions.TimeoutError, OSError)
+        self._parse_error = BaseParser.parse_error
         self._pool = pool
-        self._idle: list[Any] = []
+        self._idle: list[_Held] = []
         self._pid = os.getpid()
         self._give_back = give_back
 
@@ -107,26 +136,27 @@ class Connections:
         except TypeError:  # redis-py before 5.3 wants a command name
             return self._pool.get_connection("EVALSHA")  # type: ignore[call-arg,unused-ignore]
 
-    def _stale(self, conn: Any) -> bool:
+    def _stale(self, held: _Held) -> bool:
         """Readable while idle: closed by the server (its ``timeout``, a restart, a proxy)
         or out of step. Start afresh, as redis-py's pool does, rather than fail a request
         that was never sent."""
+        conn = held.conn
         sock = getattr(conn, "_sock", None)  # ``is_connected`` is not in every redis-py 5
         if sock is None:
             return False  # sending connects it; checking first would connect twice
         if _POLL and not isinstance(sock, ssl.SSLSocket):
-            # A plain socket: poll says as much as redis-py's can_read() for a seventh of
-            # the cost. TLS has records below the data; there redis-py's check decides.
-            poller = select.poll()
-            poller.register(sock, select.POLLIN)
-            return bool(poller.poll(0))
+            # A plain socket: a poll object kept with it says as much as redis-py's
+            # can_read() for a fraction of the cost. TLS has records below the data; there
+            # redis-py's check decides.
+            return held.readable(sock)
         try:
             return bool(conn.can_read())
         except self._dropped:
             return True
 
     def call(self, packed: bytes, within: float | None = None) -> Any:
-        """Send ``packed`` and return its parsed reply; raises redis-py's exceptions.
+        """Send ``packed`` and return its parsed reply; raises redis-py's exceptions (and
+        ``TimeoutError`` past the socket timeout).
 
         ``within``: seconds to wait for the reply to start arriving (a blocking command on a
         slow link must not keep its caller past its own timeout); if none has, the connection
@@ -136,34 +166,69 @@ class Connections:
             self._idle = []
             self._pid = os.getpid()
         try:
-            conn = self._idle.pop()  # atomic: no two threads get the same connection
+            held = self._idle.pop()  # atomic: no two threads get the same connection
         except IndexError:
-            conn = self._checkout()
+            held = _Held(self._checkout())
+        conn = held.conn
         try:
-            if self._stale(conn):
+            if self._stale(held):
                 conn.disconnect()
             if getattr(conn, "_sock", None) is None:
                 # Connect through connect(), as the pool does: a Sentinel-managed connection
                 # asks the sentinels for the master there (sending would connect to the
                 # address it had, a master that may be gone).
                 conn.connect()
-            conn.send_packed_command((packed,))
-            if within is not None and not _readable(conn, within):
-                conn.disconnect()
-                return None
-            return conn.read_response()
+            elif not self._give_back and conn.health_check_interval:
+                conn.check_health()  # (redis-py's send does it on the app's connections)
+            if self._give_back:
+                conn.send_packed_command((packed,))
+                if within is not None and not _readable(conn, within):
+                    conn.disconnect()
+                    return None
+                reply = conn.read_response()
+            else:
+                reply = self._exchange(conn, packed, within)
+                if reply is _UNANSWERED:
+                    conn.disconnect()
+                    return None
+                if isinstance(reply, self._read_only):
+                    # A master demoted by a failover: the next call connects afresh (to the
+                    # new master, under Sentinel), as redis-py's Sentinel connection does.
+                    conn.disconnect()
         except self._response_error:
-            raise  # the whole error reply was read: the connection is in step
-        except BaseException:
+            raise  # redis-py read the whole error reply: the connection is in step
+        except BaseException as exc:
             # A reply may still be on its way (timeout, interrupt): it must never be read
             # as the answer to the next command.
             conn.disconnect()
+            if isinstance(exc, OSError) and not isinstance(exc, TimeoutError):
+                raise self._connection_error(f"Error while talking to redis: {exc}") from exc
             raise
         finally:
             if self._give_back:
                 self._pool.release(conn)
             else:
-                self._idle.append(conn)
+                self._idle.append(held)
+        if isinstance(reply, Exception):
+            raise reply  # an error reply, read whole: the connection is in step
+        return reply
+
+    def _exchange(self, conn: Any, packed: bytes, within: float | None = None) -> Any:
+        """Write ``packed``, read until its reply is whole (the socket's timeout bounds
+        each read); :data:`_UNANSWERED` if no reply started within ``within`` seconds."""
+        sock: socket.socket = conn._sock
+        sock.sendall(packed)
+        if within is not None and not _readable(conn, within):
+            return _UNANSWERED
+        buf = b""
+        while True:
+            more = sock.recv(65536)
+            if not more:
+                raise self._connection_error("Connection closed by server.")
+            buf += more
+            reply, _ = parse_reply(buf, 0, self._parse_error)
+            if reply is not INCOMPLETE:
+                return reply
 
 
 def _readable(conn: Any, seconds: float) -> bool:
@@ -175,6 +240,10 @@ def _readable(conn: Any, seconds: float) -> bool:
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     return bool(poller.poll(max(0.0, seconds) * 1000.0))
+
+
+#: what :meth:`Connections._exchange` returns when no reply started in time
+_UNANSWERED = object()
 
 
 # By client, not by pool: the value holds the pool (and its sockets), and a weak key must not
