@@ -183,7 +183,7 @@ def test_waiters_are_served_in_arrival_order(kit: LockKit) -> None:
     assert order == [0, 1, 2, 3]
 
 
-def test_non_blocking_attempts_do_not_jump_the_queue(kit: LockKit) -> None:
+def test_non_blocking_attempts_do_not_jump_the_queue(kit: LockKit, raw: redis.Redis) -> None:
     holder = kit.lock("q", ttl=10)
     holder.acquire()
     got: list[int | None] = []
@@ -195,7 +195,10 @@ def test_non_blocking_attempts_do_not_jump_the_queue(kit: LockKit) -> None:
 
     thread = threading.Thread(target=wait)
     thread.start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 10
+    while not raw.zcard(f"lockkit:{{{kit.namespace}:q}}:q"):  # queued (a slow machine)
+        assert time.monotonic() < deadline, "the waiter never queued"
+        time.sleep(0.01)
     holder.release()
     time.sleep(0.05)
     # The waiter was handed the lock on release; a passer-by cannot take it.

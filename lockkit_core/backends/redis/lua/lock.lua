@@ -219,7 +219,8 @@ local function barging(E)
   return may, head, channel, s[5], since, s[6]
 end
 
--- `record`: the lease freed, '<id>|<token>|<holder>' ('' if unknown); its holder's process
+-- `record`: the lease freed, '<id>|<token>|<started>|<holder>' ('' if unknown; a record
+-- written before starts were kept has no '<started>|'); its holder's process
 -- ('<host> pid <pid>') is the only one that may take the lock straight back past the queue
 -- (a process that was merely slow to ask may not: two processes would take turns,
 -- switching on every section as strict order does).
@@ -228,7 +229,9 @@ local function free(F, Q, E, floor, record)
   if redis.call('exists', Q) == 0 then return end
   local may, head, channel, told, _, last = barging(E)
   if may then
-    local by = string.match(record, '^[^|]*|[^|]*|(.*)$') or ''
+    -- the holder alone: the start differs from grant to grant, the process does not
+    local by = string.match(record, '^[^|]*|[^|]*|%d+|(.*)$')
+      or string.match(record, '^[^|]*|[^|]*|(.*)$') or ''
     -- Freed past the queue. The head is told when to ask again, once; one that knows is not
     -- told again (if it died meanwhile, the release after its time skips it, and the others
     -- ask within RECHECK_MS if none comes).
