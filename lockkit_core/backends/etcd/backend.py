@@ -41,6 +41,10 @@ log = logging.getLogger("lockkit.etcd")
 SEEN_MAX = 4096
 
 
+#: how many fresh queue leases one attempt takes when waiters giving up revoke them under it
+QUEUE_LEASE_TRIES = 4
+
+
 class EtcdBackend(Backend):
     """An etcd v3 cluster through its JSON gateway, failing over between members."""
 
@@ -154,15 +158,19 @@ class EtcdBackend(Backend):
             )
 
         sent = time.monotonic()
-        try:
-            answer = yield Call("kv/txn", body(), f"acquire {key!r}")
-        except LeaseNotFound:
-            if not joining:
-                raise
-            # The last waiter here gave up and revoked the queue lease meanwhile.
-            self.queue.drop_lease()
-            queue_lease = (yield from self.queue.lease()).id
-            answer = yield Call("kv/txn", body(), f"acquire {key!r}")
+        tries = 0
+        while True:
+            try:
+                answer = yield Call("kv/txn", body(), f"acquire {key!r}")
+                break
+            except LeaseNotFound:
+                tries += 1
+                if not joining or tries > QUEUE_LEASE_TRIES:
+                    raise
+                # The last waiter here gave up and revoked the queue lease meanwhile (in an
+                # asyncio storm of cancelled waiters, the new one too, now and then).
+                self.queue.drop_lease()
+                queue_lease = (yield from self.queue.lease()).id
         revision = int(answer["header"]["revision"])
         if answer.get("succeeded"):
             self._held[(key, owner)] = Held(lease, ttl, started)
