@@ -160,6 +160,9 @@ class EtcdBackend(Backend):
         sent = time.monotonic()
         tries = 0
         while True:
+            if joining:
+                assert waiter is not None
+                waiter.join_in_flight = True  # until the answer is read (see leaving())
             try:
                 answer = yield Call("kv/txn", body(), f"acquire {key!r}")
                 break
@@ -171,6 +174,8 @@ class EtcdBackend(Backend):
                 # asyncio storm of cancelled waiters, the new one too, now and then).
                 self.queue.drop_lease()
                 queue_lease = (yield from self.queue.lease()).id
+        if waiter is not None:
+            waiter.join_in_flight = False
         revision = int(answer["header"]["revision"])
         if answer.get("succeeded"):
             self._held[(key, owner)] = Held(lease, ttl, started)

@@ -116,7 +116,11 @@ class WaitQueue:
         entry = queue_entry(key, owner_id(owner))
         with self._lock:
             self._waiters.pop((key, owner), None)
-            last = not any(w.queued_at is not None for w in self._waiters.values())
+            # A waiter whose joining attempt is on its way counts: revoking the queue lease
+            # under it fails its attempt ('requested lease not found').
+            last = not any(
+                w.queued_at is not None or w.join_in_flight for w in self._waiters.values()
+            )
             lease = self._lease
             if not reachable or (last and not acquired):
                 self._lease = None  # nobody renews it any more

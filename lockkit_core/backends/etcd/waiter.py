@@ -51,6 +51,9 @@ class EtcdWaiter(Waiter):
         self._predecessor: str | None = None
         self._look_again = False
         self.failed = False  #: an attempt failed: the next one joins the queue
+        #: a joining attempt was sent and its answer not read (cancelled while it was on its
+        #: way): the entry may be on the store though ``queued_at`` is None
+        self.join_in_flight = False
         self._closed = False
 
     def lock_lease(self, ttl: float) -> Steps[LeaseRef]:
@@ -147,7 +150,11 @@ class EtcdWaiter(Waiter):
         backend = self._backend
         # A winning transaction deleted our queue entry already.
         yield from backend.queue.closed(
-            self._key, self._owner, self.queued_at is not None, acquired, reachable
+            self._key,
+            self._owner,
+            self.queued_at is not None or self.join_in_flight,
+            acquired,
+            reachable,
         )
         if not acquired and self.lease is not None:
             yield from backend.leases.revoke(self.lease.id, reachable=reachable)
