@@ -26,7 +26,10 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
-TEST_TOOLS = ["pytest>=8", "pytest-timeout", "pytest-xdist", "pytest-django>=4.9"]
+# tests/conftest.py loads the OpenTelemetry fixtures (the SDK's in-memory reader) in every run;
+# `lockkit top` renders with rich.
+TEST_TOOLS = ["pytest>=8", "pytest-timeout", "pytest-xdist", "pytest-django>=4.9",
+              "opentelemetry-sdk", "rich"]  # fmt: skip
 # What the adapter tests drive: real servers (gunicorn, uvicorn), Flask-Login, the FastAPI
 # example, a real browser for the admin page (chromium through selenium).
 ADAPTER_TOOLS = ["gunicorn", "uvicorn", "asgiref", "Flask-Login", "selenium", "fastapi", "httpx"]
