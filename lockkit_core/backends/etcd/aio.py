@@ -23,7 +23,7 @@ from ..aio import AsyncOps, AsyncWaiter
 from ..base import Grant
 from .client import Call, Endpoint, GatewayClient, Join, Refused, Steps, TokenExpired, b64
 from .waiter import EtcdWaiter
-from .watch import NextEvents, OpenWatch, Pause, interpret
+from .watch import READ_ON, NextEvents, OpenWatch, Pause, settle
 
 if TYPE_CHECKING:
     from .backend import EtcdBackend
@@ -294,7 +294,7 @@ class AsyncWatch:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
 
-    async def next_events(self, timeout: float) -> list[dict[str, Any]] | None:  # noqa: PLR0911
+    async def next_events(self, timeout: float) -> list[dict[str, Any]] | None:
         """As ``Watch.next_events``: events, ``[]`` when the time ran out quietly, None when
         the stream ended or broke."""
         deadline = time.monotonic() + timeout
@@ -308,18 +308,9 @@ class AsyncWatch:
                 return []
             except (OSError, ValueError, asyncio.IncompleteReadError):
                 line = b""
-            if not line:
-                self.close()
-                return None
-            kind, value = interpret(line)
-            if kind == "end":
-                self.close()
-                return None
-            if kind == "created":
-                self.revision = value
-                return []
-            if kind == "events":
-                return value  # type: ignore[no-any-return]
+            found = settle(self, line)
+            if found is not READ_ON:
+                return found
         return None
 
     def close(self) -> None:

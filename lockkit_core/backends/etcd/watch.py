@@ -17,11 +17,20 @@ import http.client
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from .client import GatewayClient, b64
 
-__all__ = ["NextEvents", "OpenWatch", "Pause", "Watch", "interpret", "perform_watch_step"]
+__all__ = [
+    "READ_ON",
+    "NextEvents",
+    "OpenWatch",
+    "Pause",
+    "Watch",
+    "interpret",
+    "perform_watch_step",
+    "settle",
+]
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,35 @@ def interpret(line: bytes) -> tuple[str, Any]:
     return ("events", list(events)) if events else ("nothing", None)
 
 
+#: what :func:`settle` returns for a line that ends nothing: read the next one
+READ_ON: Any = object()
+
+
+class _Stream(Protocol):
+    revision: int
+
+    def close(self) -> None: ...
+
+
+def settle(watch: _Stream, line: bytes) -> list[dict[str, Any]] | None:
+    """What one line read from ``watch`` (``b""``: the stream ended or broke) means for its
+    ``next_events``, blocking or awaited alike: events, ``[]`` (the watch is created), None
+    (it is over, and closed), or :data:`READ_ON`."""
+    if not line:
+        watch.close()
+        return None
+    kind, value = interpret(line)
+    if kind == "end":
+        watch.close()
+        return None
+    if kind == "created":
+        watch.revision = value
+        return []
+    if kind == "events":
+        return value  # type: ignore[no-any-return]
+    return READ_ON  # type: ignore[no-any-return]
+
+
 class Watch:
     """Events on ``[key, range_end)`` from ``start_revision`` on, read with timeouts."""
 
@@ -115,7 +153,7 @@ class Watch:
             return
         self.broken = True
 
-    def next_events(self, timeout: float) -> list[dict[str, Any]] | None:  # noqa: PLR0911
+    def next_events(self, timeout: float) -> list[dict[str, Any]] | None:
         """The next batch of events within ``timeout`` seconds; ``[]`` when the time ran out
         quietly, ``None`` when the stream ended or broke (the key may have changed)."""
         deadline = time.monotonic() + timeout
@@ -132,18 +170,9 @@ class Watch:
                 return []
             except (OSError, http.client.HTTPException, ValueError):
                 line = b""
-            if not line:
-                self.close()
-                return None
-            kind, value = interpret(line)
-            if kind == "end":
-                self.close()
-                return None
-            if kind == "created":
-                self.revision = value
-                return []
-            if kind == "events":
-                return value  # type: ignore[no-any-return]
+            found = settle(self, line)
+            if found is not READ_ON:
+                return found
         return None
 
     def close(self) -> None:
