@@ -6,22 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LockKitError
-from .findings import Finding, Level
+from .findings import Finding, Level, unreachable
 
 if TYPE_CHECKING:
     from ..backends.etcd import EtcdBackend
     from ..backends.zookeeper import ZooKeeperBackend
 
 __all__ = ["check_etcd", "check_zookeeper"]
-
-
-def _unreachable(exc: Exception) -> Finding:
-    return Finding(
-        Level.UNSAFE,
-        "reachable",
-        f"cannot check: {exc}",
-        "start the servers, or fix the URL and its options",
-    )
 
 
 def check_zookeeper(backend: ZooKeeperBackend, ttl: float) -> list[Finding]:
@@ -31,7 +22,7 @@ def check_zookeeper(backend: ZooKeeperBackend, ttl: float) -> list[Finding]:
     try:
         client = backend.session.client()
     except LockKitError as exc:
-        return [_unreachable(exc)]
+        return [unreachable(exc, servers=True)]
     # kazoo keeps the negotiated value (ms) only here; the server may clamp what we asked
     # for to its [2, 20] x tickTime
     granted = getattr(client, "_session_timeout", None)
@@ -79,7 +70,7 @@ def check_etcd(backend: EtcdBackend, ttl: float) -> list[Finding]:
         members = client.call("cluster/member/list", {}, "list the members").get("members", [])
         alarms = client.call("maintenance/alarm", {}, "read the alarms").get("alarms", [])
     except LockKitError as exc:
-        return [*found, _unreachable(exc)]
+        return [*found, unreachable(exc, servers=True)]
     leader = str(status.get("leader", "0"))
     if leader in ("", "0"):
         found.append(

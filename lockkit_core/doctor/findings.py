@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Finding", "Level", "Report"]
+__all__ = ["Finding", "Level", "Report", "unreachable"]
 
 
 class Level(str, enum.Enum):
@@ -42,6 +42,13 @@ class Finding:
             "message": self.message,
             "fix": self.fix,
         }
+
+
+def unreachable(error: object, where: str = "", *, servers: bool = False) -> Finding:
+    """The store (``servers``: the ensemble) could not be asked: nothing else can be checked,
+    and a store nobody can check is not called safe."""
+    fix = f"start the {'servers' if servers else 'server'}, or fix the URL and its options"
+    return Finding(Level.UNSAFE, "reachable", f"cannot check: {error}", fix, where)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import statistics
 import time
 from typing import TYPE_CHECKING, Any
 
-from .findings import Finding, Level
+from .findings import Finding, Level, unreachable
 
 if TYPE_CHECKING:
     from ..backends.redis import RedisBackend
@@ -43,15 +43,7 @@ def check_redis(
             if _driver(exc)
             else exc
         )
-        return [
-            Finding(
-                Level.UNSAFE,
-                "reachable",
-                f"cannot check: {error}",
-                "start the server, or fix the URL and its options",
-                where,
-            )
-        ]
+        return [unreachable(error, where)]
     found = [
         _eviction(info, config, where),
         _persistence(info, config, where, quorum),

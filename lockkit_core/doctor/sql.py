@@ -12,10 +12,11 @@ GET_LOCK waits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LockKitError
-from .findings import Finding, Level
+from .findings import Finding, Level, unreachable
 
 if TYPE_CHECKING:
     from ..backends.sql.mysql import MySQLBackend
@@ -90,61 +91,49 @@ def _findings(
 
 
 def check_postgres(backend: PostgresBackend, ttl: float) -> list[Finding]:
-    try:
-        conn = backend.connection("run the doctor's checks")
-    except LockKitError as exc:
-        return [
-            Finding(
-                Level.UNSAFE,
-                "reachable",
-                f"cannot check: {exc}",
-                "start the server, or fix the URL and its options",
-            )
-        ]
-    try:
-        with conn.cursor() as cur:
-            isolation = str(_one(cur, "SHOW default_transaction_isolation"))
-            first = _one(cur, "SELECT pg_backend_pid()")
-            second = _one(cur, "SELECT pg_backend_pid()")
-            port = _one(cur, "SELECT inet_server_port()")
-    finally:
-        conn.close()
-    return _findings(
-        isolation,
-        (first, second),
-        port,
-        backend.url.port or 5432,
+    return _check(
+        backend,
+        lambda conn, cur: _one(cur, "SHOW default_transaction_isolation"),
+        "SELECT pg_backend_pid()",
+        "SELECT inet_server_port()",
+        5432,
         "backend pid",
-        ("read committed", "repeatable read"),
     )
 
 
 def check_mysql(backend: MySQLBackend, ttl: float) -> list[Finding]:
+    return _check(backend, _isolation, "SELECT CONNECTION_ID()", "SELECT @@port", 3306,
+                  "connection id")  # fmt: skip
+
+
+def _check(
+    backend: PostgresBackend | MySQLBackend,
+    isolation: Callable[[Any, Any], Any],
+    id_sql: str,
+    port_sql: str,
+    default_port: int,
+    id_name: str,
+) -> list[Finding]:
+    """Ask the server its isolation level, our connection's id twice (a pooler may move us
+    between statements) and its own port, on a connection of the backend's."""
     try:
         conn = backend.connection("run the doctor's checks")
     except LockKitError as exc:
-        return [
-            Finding(
-                Level.UNSAFE,
-                "reachable",
-                f"cannot check: {exc}",
-                "start the server, or fix the URL and its options",
-            )
-        ]
+        return [unreachable(exc)]
     try:
         with conn.cursor() as cur:
-            isolation = str(_isolation(conn, cur))
-            first = _one(cur, "SELECT CONNECTION_ID()")
-            second = _one(cur, "SELECT CONNECTION_ID()")
-            port = _one(cur, "SELECT @@port")
+            level = str(isolation(conn, cur))
+            first = _one(cur, id_sql)
+            second = _one(cur, id_sql)
+            port = _one(cur, port_sql)
     finally:
         conn.close()
     return _findings(
-        isolation,
+        level,
         (first, second),
         port,
-        backend.url.port or 3306,
-        "connection id",
+        backend.url.port or default_port,
+        id_name,
         ("read committed", "repeatable read"),
     )
 
