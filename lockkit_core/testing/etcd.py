@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .process import Closing, spawn_logged, stop_process
+from .process import Closing, log_tail, spawn_logged, stop_process
 from .servers import _die_with_parent_prefix, free_port
 
 __all__ = ["EtcdCluster", "EtcdServer", "etcd_request", "find_etcd"]
@@ -171,17 +171,14 @@ class EtcdCluster(Closing):
             while not self.ready(index):
                 proc = self.members[index].proc
                 if proc is None or proc.poll() is not None:
-                    raise RuntimeError(f"etcd member {index} exited:\n{self._log_tail(index)}")
+                    raise RuntimeError(
+                        f"etcd member {index} exited:\n{log_tail(self.members[index].log_path)}"
+                    )
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"etcd member {index} not ready:\n{self._log_tail(index)}")
+                    raise RuntimeError(
+                        f"etcd member {index} not ready:\n{log_tail(self.members[index].log_path)}"
+                    )
                 time.sleep(0.05)
-
-    def _log_tail(self, index: int) -> str:
-        try:
-            lines = self.members[index].log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return "(no log)"
-        return "\n".join(lines[-20:])
 
     def leader(self) -> int:
         """The index of the member that leads now."""

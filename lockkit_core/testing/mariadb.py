@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .process import Closing, spawn_logged, stop_process
+from .process import Closing, log_tail, spawn_logged, stop_process
 from .servers import _die_with_parent_prefix, free_port
 
 __all__ = ["MariaDBServer", "find_mariadbd"]
@@ -128,7 +128,9 @@ class MariaDBServer(Closing):
                 self.port = free_port()
             if self._spawn():
                 return
-        raise RuntimeError(f"mariadbd did not start on port {self.port}:\n{self._log_tail()}")
+        raise RuntimeError(
+            f"mariadbd did not start on port {self.port}:\n{log_tail(self.log_path)}"
+        )
 
     def _spawn(self) -> bool:
         args = [
@@ -178,12 +180,6 @@ class MariaDBServer(Closing):
             return False  # the init file has not run yet
         conn.close()
         return True
-
-    def _log_tail(self) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-20:])
-        except OSError:
-            return "(no log)"
 
     def _terminate(self, sig: signal.Signals, wait: float = 20.0) -> None:
         proc = self._proc

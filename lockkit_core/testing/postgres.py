@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .process import Closing, spawn_logged, stop_process
+from .process import Closing, log_tail, spawn_logged, stop_process
 from .servers import _die_with_parent_prefix, free_port
 
 __all__ = ["PostgresServer", "find_postgres_bin", "postgres_ready"]
@@ -184,7 +184,7 @@ class PostgresServer(Closing):
             if self._spawn():
                 return
         raise RuntimeError(
-            f"postgres did not start on port {self.port}; its log says:\n{self._log_tail()}"
+            f"postgres did not start on port {self.port}; its log says:\n{log_tail(self.log_path)}"
         )
 
     def _spawn(self) -> bool:
@@ -228,12 +228,6 @@ class PostgresServer(Closing):
             time.sleep(0.05)
         self._terminate(signal.SIGKILL)
         return False
-
-    def _log_tail(self) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-20:])
-        except OSError:
-            return "(no log)"
 
     def _terminate(self, sig: signal.Signals, wait: float = 10.0) -> None:
         proc = self._proc

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-__all__ = ["Closing", "spawn_logged", "stop_process"]
+__all__ = ["Closing", "log_tail", "spawn_logged", "stop_process"]
 
 _C = TypeVar("_C", bound="Closing")
 
@@ -30,6 +30,14 @@ def spawn_logged(
             start_new_session=True,
             **popen,
         )
+
+
+def log_tail(log_path: Path, lines: int = 20) -> str:
+    """The last ``lines`` lines of a server's log, for the error that says it did not start."""
+    try:
+        return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
 
 
 def stop_process(

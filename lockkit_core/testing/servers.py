@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .process import Closing, spawn_logged, stop_process
+from .process import Closing, log_tail, spawn_logged, stop_process
 
 __all__ = ["RedisServer", "build_clock_shifter", "free_port", "redis_ping"]
 
@@ -221,9 +221,8 @@ class RedisServer(Closing):
                 self.port = free_port()
             if self._spawn():
                 return
-        raise RuntimeError(
-            f"redis-server did not start on port {self.port}; its log says:\n{self._log_tail()}"
-        )
+        log = log_tail(self.log_path)
+        raise RuntimeError(f"redis-server did not start on port {self.port}; its log says:\n{log}")
 
     def _spawn(self) -> bool:
         args = [
@@ -276,12 +275,6 @@ class RedisServer(Closing):
                 return True
             time.sleep(0.02)
         return False
-
-    def _log_tail(self) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-20:])
-        except OSError:
-            return "(no log)"
 
     def _terminate(self, sig: signal.Signals, wait: float = 5.0) -> None:
         proc = self._proc
