@@ -196,6 +196,17 @@ class MariaDBServer(Closing):
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def settings(self, name: str | None = None) -> dict[str, str]:
+        """Connection settings in Django's ``DATABASES`` spelling (``NAME`` defaults to
+        ``database``)."""
+        return {
+            "HOST": self.host,
+            "PORT": str(self.port),
+            "USER": self.user,
+            "PASSWORD": "",
+            "NAME": name or self.database,
+        }
+
     @property
     def url(self) -> str:
         """``mysql://lockkit@127.0.0.1:PORT/lockkit``."""
