@@ -177,3 +177,18 @@ def test_errors_are_translated_when_pymysql_also_serves_as_mysqldb(
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "1"
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("mysql://u@127.0.0.1:3306/", "one database name"),
+        ("mysql://u@127.0.0.1:3306/a/b", "one database name"),
+        ("mysql://u@127.0.0.1:3306/db?table=x;drop", "not allowed"),
+        ("mysql://u@127.0.0.1:3306/db?connect_timeout=0", "positive"),
+        ("mysql://u@127.0.0.1:3306/db?colour=red", "unknown option"),
+    ],
+)
+def test_bad_urls_are_config_errors(url: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        LockKit(url)
