@@ -4,20 +4,24 @@ Acquiring is one short transaction sent in one round trip (see :func:`acquire_sq
 the key's row, and if the key is free, its lease over or ours, write it (bumping the fence
 counter for a new holder) and commit. Release and extend are one statement each, comparing
 the owner digest. Waiting: one waiter per key backs off and tries, the others queue in the
-server (see :mod:`.mywait`); MySQL cannot notify another session.
+server (see :mod:`.mywait`); MySQL cannot notify another session. On an event loop the same
+statements run on a few threads of the kit and the waiters queue on the loop (:mod:`.myaio`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import socket
 import threading
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...errors import BackendError, ConfigError
 from ...url import LockURL
+from ..aio import AsyncOps, Executor
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
 from .giveback import GiveBack
 from .schema import (
@@ -30,6 +34,7 @@ from .schema import (
 )
 
 if TYPE_CHECKING:
+    from .myaio import MyOps
     from .mypool import MyPool
 
 __all__ = ["MySQLBackend"]
@@ -113,6 +118,13 @@ class MySQLBackend(Backend):
         self._giveback = GiveBack(self.release, self._server_thread_alive)
         self._holder = f"{socket.gethostname()} pid "
         self._schema_lock = threading.Lock()
+        from .mypool import MAX_IDLE
+
+        # as many threads as the pool keeps connections: more would only open and close some
+        self._executor = Executor("lockkit-mysql", threads=MAX_IDLE)
+        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, MyOps] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # -- statements ------------------------------------------------------------------------------
 
@@ -130,6 +142,17 @@ class MySQLBackend(Backend):
         from .mywait import RoomWaiter, waiting_room
 
         return RoomWaiter(self._pool, waiting_room(self.table, key), self._socket_timeout / 2)
+
+    def aio(self) -> AsyncOps:
+        """These statements on the kit's few threads, the waiting on the running loop (one
+        set of waiting rooms per loop; see .myaio)."""
+        from .myaio import MyOps
+
+        loop = asyncio.get_running_loop()
+        ops = self._aio.get(loop)
+        if ops is None:
+            ops = self._aio[loop] = MyOps(self, self._executor)
+        return ops
 
     def _server_thread_alive(self, thread: int) -> bool:
         done = self._pool.run(
@@ -264,6 +287,8 @@ class MySQLBackend(Backend):
     def after_fork_in_child(self) -> None:
         self._pool.forget_after_fork()
         self._giveback = GiveBack(self.release, self._server_thread_alive)
+        self._executor.forget_after_fork()
+        self._aio = weakref.WeakKeyDictionary()
 
     def connection(self, what: str) -> Any:
         """A new autocommit PyMySQL connection with this store's settings, for checks outside
@@ -271,5 +296,6 @@ class MySQLBackend(Backend):
         return self._pool.connect(what)
 
     def close(self) -> None:
+        self._executor.close()
         self._giveback.close()
         self._pool.close()
