@@ -5,7 +5,7 @@ reentrancy or renewal (``lockkit_core.lock`` does that); it offers atomic compar
 operations on ``(key, owner)`` pairs, where ``key`` is already namespaced and ``owner`` is a
 128-bit secret token, and a way to wait until a key may have become free (the ``Waiter`` protocol,
 :mod:`~lockkit_core.backends.waiter`). Read-write locks and semaphores are the shared places of
-:mod:`~lockkit_core.backends.shared_places`, which ``Backend`` inherits.
+:mod:`~lockkit_core.backends.shared_ops`, which ``Backend`` inherits.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..errors import ConfigError, NotSupported
 from ..redact import HIDDEN, is_secret
 from ..url import LockURL
-from .shared_places import SharedPlaces
+from .shared_ops import SharedOps
 from .waiter import SleepWaiter, Waiter
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ class Lease:
     waiters: int | None = None
 
 
-class Backend(SharedPlaces, ABC):
+class Backend(SharedOps, ABC):
     """One store. Subclasses declare the class attributes and implement the abstract methods.
 
     Every method that talks to the store raises :class:`~lockkit_core.BackendUnavailable`

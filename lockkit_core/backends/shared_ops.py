@@ -1,4 +1,4 @@
-"""``SharedPlaces``: a backend's read-write lock and semaphore operations (``Capability.SHARED``).
+"""``SharedOps``: a backend's read-write lock and semaphore operations (``Capability.SHARED``).
 
 A place is a lease like a lock's, taken by the same acquire loop, watchdog and release
 (:mod:`lockkit_core.shared` presents these as the plain operations). ``mode`` is ``"read"``
@@ -19,10 +19,10 @@ if TYPE_CHECKING:
     from .base import Grant, Lease
     from .waiter import Waiter
 
-__all__ = ["SharedPlaces"]
+__all__ = ["SharedOps"]
 
 
-class SharedPlaces:
+class SharedOps:
     """The shared-place operations :class:`~lockkit_core.backends.base.Backend` inherits:
     each raises :class:`NotSupported` unless a backend with ``Capability.SHARED`` overrides it."""
 
