@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from . import drivers, lease, observe
-from .acquire import dead_on_arrival_error
+from .acquire import Acquired, dead_on_arrival_error
 from .backends.base import Grant, owner_hint
 from .config import UNSET, Seconds, check_timeout
 from .errors import ConfigError, LockNotOwned, LockTimeout
@@ -126,31 +126,25 @@ class Lock(HandOver):
         if self._given_owner is not None:
             sent = time.monotonic()
             ttl = lease.on_store(self.ttl)
-            hold = self._adopted(backend.adopt(self.full_key, self._given_owner, ttl), sent)
-        else:
-            owner = new_owner_token()
-            wait = observe.waiting(self.labels)
-            try:
-                got = drivers.acquire(
-                    backend,
-                    self.full_key,
-                    self.key,
-                    owner,
-                    self.ttl,
-                    fair=self.fair,
-                    blocking=blocking and timeout != 0,
-                    timeout=timeout,
-                )
-            except BaseException as exc:
-                observe.failed(wait, log, self.full_key, exc)
-                raise
-            if got is None:
-                observe.refused(wait, log, self.full_key, timeout if blocking else 0)
-                return False
-            observe.waited(wait, "acquired", got.token)
-            hold = self.kit.holds.start(self, owner, got.token, got.valid_until)
-        self._took(hold)
-        return True
+            self._took(self._adopted(backend.adopt(self.full_key, self._given_owner, ttl), sent))
+            return True
+        owner = new_owner_token()
+        wait = observe.waiting(self.labels)
+        try:
+            got = drivers.acquire(
+                backend,
+                self.full_key,
+                self.key,
+                owner,
+                self.ttl,
+                fair=self.fair,
+                blocking=blocking and timeout != 0,
+                timeout=timeout,
+            )
+        except BaseException as exc:
+            observe.failed(wait, log, self.full_key, exc)
+            raise
+        return self._granted(got, owner, wait, timeout if blocking else 0)
 
     async def aacquire(self, blocking: bool = True, timeout: Seconds = UNSET) -> bool:
         """:meth:`acquire` for a coroutine: the same rules, and it never blocks the event loop.
@@ -170,30 +164,41 @@ class Lock(HandOver):
             sent = time.monotonic()
             ttl = lease.on_store(self.ttl)
             grant = await ops.adopt(self.full_key, self._given_owner, ttl)
-            hold = self._adopted(grant, sent, task)
-        else:
-            owner = new_owner_token()
-            wait = observe.waiting(self.labels)
-            try:
-                got = await drivers.aacquire(
-                    self.kit.backend,
-                    self.full_key,
-                    self.key,
-                    owner,
-                    self.ttl,
-                    fair=self.fair,
-                    blocking=blocking and timeout != 0,
-                    timeout=timeout,
-                )
-            except BaseException as exc:
-                observe.failed(wait, log, self.full_key, exc)
-                raise
-            if got is None:
-                observe.refused(wait, log, self.full_key, timeout if blocking else 0)
-                return False
-            observe.waited(wait, "acquired", got.token)
-            hold = self.kit.holds.start(self, owner, got.token, got.valid_until, task)
-        self._took(hold)
+            self._took(self._adopted(grant, sent, task))
+            return True
+        owner = new_owner_token()
+        wait = observe.waiting(self.labels)
+        try:
+            got = await drivers.aacquire(
+                self.kit.backend,
+                self.full_key,
+                self.key,
+                owner,
+                self.ttl,
+                fair=self.fair,
+                blocking=blocking and timeout != 0,
+                timeout=timeout,
+            )
+        except BaseException as exc:
+            observe.failed(wait, log, self.full_key, exc)
+            raise
+        return self._granted(got, owner, wait, timeout if blocking else 0, task)
+
+    def _granted(
+        self,
+        got: Acquired | None,
+        owner: str,
+        wait: observe.Waiting | None,
+        waited_for: float | None,
+        task: asyncio.Task[Any] | None = None,
+    ) -> bool:
+        """Hold what the driver granted ``owner``; or, for None (the key stayed busy for
+        ``waited_for`` seconds), report the refusal and return False."""
+        if got is None:
+            observe.refused(wait, log, self.full_key, waited_for)
+            return False
+        observe.waited(wait, "acquired", got.token)
+        self._took(self.kit.holds.start(self, owner, got.token, got.valid_until, task))
         return True
 
     def _timeout(self, blocking: bool, timeout: Seconds) -> float | None:
