@@ -22,6 +22,7 @@ from file_processes import (
     start,
     stop,
 )
+from polling import wait_until
 
 from lockkit_core import LockKit
 from lockkit_core.backends.base import owner_hint
@@ -125,14 +126,6 @@ def queue_up(
     proc.stdin.flush()
     wait_until(lambda: len(queue_of(url, key)) == before + 1)
     return proc
-
-
-def wait_until(condition: object, timeout: float = 10.0) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "gave up waiting"
-        time.sleep(0.005)
 
 
 @pytest.fixture(params=["bell", "polling"])

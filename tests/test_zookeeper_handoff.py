@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from polling import wait_until
 
 from lockkit_core import Lock, LockKit
 from lockkit_core.backends.zookeeper import ZooKeeperBackend
@@ -79,14 +80,7 @@ def _watches_set(server: ZooKeeperServer, kit: LockKit, key: str) -> None:
     full = f"{kit.namespace}:{key}"
     parent = backend.tree.parent(full)
     ahead = {f"{parent}/{name}" for name in backend.session.run(backend.tree.children(full))[:-1]}
-    _until(lambda: ahead <= set(four_letter(server.port, "wchp").split()))
-
-
-def _until(check: Callable[[], bool], within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
+    wait_until(lambda: ahead <= set(four_letter(server.port, "wchp").split()))
 
 
 class _Contender:
@@ -123,9 +117,9 @@ def test_a_release_hands_off_with_no_request_and_wakes_nobody_else(
     held = holder.lock("relay")
     assert held.acquire()
     first = _Contender(first_kit.lock("relay"))
-    _until(lambda: _queued(holder, "relay") == 2)
+    wait_until(lambda: _queued(holder, "relay") == 2)
     second = _Contender(second_kit.lock("relay"))
-    _until(lambda: _queued(holder, "relay") == 3)
+    wait_until(lambda: _queued(holder, "relay") == 3)
     _watches_set(zookeeper_server, holder, "relay")
     by_first, by_second = _count_requests(first_kit), _count_requests(second_kit)
     try:
@@ -156,9 +150,9 @@ def test_a_release_before_the_claim_claims_and_deletes_in_one_write(
     held = holder.lock("quick")
     assert held.acquire()
     first = _Contender(first_kit.lock("quick"))
-    _until(lambda: _queued(holder, "quick") == 2)
+    wait_until(lambda: _queued(holder, "quick") == 2)
     second = _Contender(second_kit.lock("quick"))
-    _until(lambda: _queued(holder, "quick") == 3)
+    wait_until(lambda: _queued(holder, "quick") == 3)
     _watches_set(zookeeper_server, holder, "quick")
     by_first, by_second = _count_requests(first_kit), _count_requests(second_kit)
     try:
@@ -191,9 +185,9 @@ def test_a_holder_that_stops_renewing_is_removed_when_its_lease_ends(
         got.set()
 
     threading.Thread(target=take_and_keep, daemon=True).start()
-    _until(lambda: _queued(holder, "stale") == 2)
+    wait_until(lambda: _queued(holder, "stale") == 2)
     third = _Contender(third_kit.lock("stale"))
-    _until(lambda: _queued(holder, "stale") == 3)
+    wait_until(lambda: _queued(holder, "stale") == 3)
     _watches_set(zookeeper_server, holder, "stale")
     try:
         held.release()
