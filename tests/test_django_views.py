@@ -301,8 +301,13 @@ async def waiting_parks_no_thread() -> None:
     lock = get_kit().lock("slow:p", reentrant=False)
     await lock.aacquire()
     client = AsyncClient()
-    # One request first: whatever threads Django's sync middleware adapters use are started.
-    assert (await client.post("/async/warm/")).json() == {"held": True}
+    # A burst of as many requests first, on free keys: whatever threads Django uses for a
+    # burst are started before counting. Django 4.2's AsyncClient sends request_started
+    # through sync_to_async(thread_sensitive=False), so 20 requests at once grow the loop's
+    # default executor to its size (min(32, CPUs + 4)): threads that serve every request in
+    # turn, 5 for 20 waiting requests or 40, not one per request.
+    warm = [client.post(f"/async/warm{i}/") for i in range(20)]
+    assert [(await w).json() for w in asyncio.as_completed(warm)] == [{"held": True}] * 20
     before = threading.active_count()
     waiting = [asyncio.create_task(client.post("/async/p/")) for _ in range(20)]
     await asyncio.sleep(0.3)  # all twenty wait for the lock
