@@ -74,12 +74,12 @@ _BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 1
 
 
 class _Instruments:
-    """The meter's instruments and the tracer, made once (see the module docstring)."""
+    """The meter's instruments, made once (see the module docstring)."""
 
-    __slots__ = ("duplicates", "hold", "lost", "tracer", "wait")
+    __slots__ = ("duplicates", "hold", "lost", "wait")
 
     def __init__(self) -> None:
-        assert _otel_metrics is not None and _otel_trace is not None
+        assert _otel_metrics is not None
         meter = _otel_metrics.get_meter("lockkit")
         self.wait: Histogram = meter.create_histogram(
             "lockkit.lock.wait.duration",
@@ -99,15 +99,46 @@ class _Instruments:
         self.duplicates: Counter = meter.create_counter(
             "lockkit.task.duplicates", unit="{task}", description="Duplicate task calls"
         )
-        self.tracer: Tracer = _otel_trace.get_tracer("lockkit")
 
 
 _instruments: _Instruments | None = None if _otel_metrics is None else _Instruments()
 
 
+class _Spans:
+    """Where ``lockkit.acquire`` spans go: decided once the app has set a tracer provider
+    (the API takes one only once), then the provider's own tracer, with no proxy between."""
+
+    __slots__ = ("decided", "tracer")
+
+    def __init__(self) -> None:
+        self.decided = False
+        self.tracer: Tracer | None = None
+
+    def current(self) -> Tracer | None:
+        """The tracer to start spans with, or None while they would go nowhere."""
+        if self.decided:
+            return self.tracer
+        # The public get_tracer_provider() looks the provider up in os.environ on every call
+        # until one is set (1.7 µs, more than the no-op span it would spare), so the API's
+        # global is read first; should the name ever go, the public call answers (slower).
+        if getattr(_otel_trace, "_TRACER_PROVIDER", True) is None:
+            return None
+        provider = _otel_trace.get_tracer_provider()
+        if isinstance(provider, _otel_trace.ProxyTracerProvider):
+            return None  # not set yet (only reached without the global above)
+        if not isinstance(provider, _otel_trace.NoOpTracerProvider):
+            self.tracer = provider.get_tracer("lockkit")
+        self.decided = True
+        return self.tracer
+
+
+_spans = _Spans()
+
+
 class Labels:
     """The attributes of one kit's (or one key template's) metrics, built once: the common
-    ones and, for the wait histogram, one mapping per outcome (no dict built per call)."""
+    ones and, for the wait histogram, one mapping per outcome (no dict built per call; the
+    SDK still copies, cleans and hashes them on every record)."""
 
     __slots__ = ("common", "outcome")
 
@@ -129,7 +160,7 @@ class Labels:
 
 class Waiting:
     """One acquire being observed: when it began, and its span (None when spans go
-    nowhere: with no tracer provider set the API hands out a non-recording one)."""
+    nowhere: no tracer provider set, or the sampler dropped it)."""
 
     __slots__ = ("instruments", "labels", "span", "started")
 
@@ -146,13 +177,12 @@ def waiting(labels: Labels) -> Waiting | None:
     if inst is None:
         return None
     span: Span | None = None
-    # The API keeps the provider set by set_tracer_provider() in _TRACER_PROVIDER (None until
-    # then), and its proxy tracer reads it on every span; reading it here skips a no-op span
-    # (about a microsecond). Should the name ever go, every acquire starts its span again.
-    if getattr(_otel_trace, "_TRACER_PROVIDER", True) is not None:
-        span = inst.tracer.start_span(ACQUIRE_SPAN, attributes=labels.common)
+    tracer = _spans.current()
+    if tracer is not None:
+        # Not made current: nothing runs inside it, and attaching a context costs time.
+        span = tracer.start_span(ACQUIRE_SPAN, attributes=labels.common)
         if not span.is_recording():
-            span = None  # a no-op span: setting its attributes would only cost time
+            span = None  # sampled out: setting its attributes would only cost time
     return Waiting(inst, labels, span)
 
 
@@ -163,13 +193,13 @@ def waited(
     anything else, which ends the span only: a cancelled wait has no outcome to count)."""
     if wait is None:
         return
-    counted = outcome in OUTCOMES
-    if counted:
-        wait.instruments.wait.record(time.monotonic() - wait.started, wait.labels.outcome[outcome])
+    attributes = wait.labels.outcome.get(outcome)
+    if attributes is not None:
+        wait.instruments.wait.record(time.monotonic() - wait.started, attributes)
     span = wait.span
     if span is None:
         return
-    if counted:
+    if attributes is not None:
         span.set_attribute("lockkit.outcome", outcome)
     if token is not None:
         span.set_attribute("lockkit.token", token)
