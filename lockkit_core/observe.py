@@ -54,6 +54,7 @@ except ImportError:  # the otel extra is not installed: every hook is a no-op
 __all__ = [
     "ACQUIRE_SPAN",
     "OUTCOMES",
+    "TEMPLATES_KEPT",
     "Labels",
     "Waiting",
     "duplicate",
@@ -70,6 +71,8 @@ ACQUIRE_SPAN: Final = "lockkit.acquire"
 #: the values of ``lockkit.outcome`` on ``lockkit.lock.wait.duration``
 OUTCOMES: Final = ("acquired", "timeout", "unavailable")
 #: seconds; from a non-blocking try (a millisecond) to a long wait on a busy key
+#: the most key templates a kit keeps the attributes of (see Labels.with_template)
+TEMPLATES_KEPT: Final = 256
 _BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
@@ -140,7 +143,7 @@ class Labels:
     ones and, for the wait histogram, one mapping per outcome (no dict built per call; the
     SDK still copies, cleans and hashes them on every record)."""
 
-    __slots__ = ("common", "outcome")
+    __slots__ = ("_templates", "common", "outcome")
 
     def __init__(self, backend: str, namespace: str, template: str | None = None) -> None:
         common = {"lockkit.backend": backend, "lockkit.namespace": namespace}
@@ -150,12 +153,21 @@ class Labels:
         self.outcome: Mapping[str, Mapping[str, str]] = {
             name: {**common, "lockkit.outcome": name} for name in OUTCOMES
         }
+        self._templates: dict[str, Labels] = {}
 
     def with_template(self, template: str) -> Labels:
-        """These labels with ``lockkit.key_template`` set to ``template``."""
-        return Labels(
-            self.common["lockkit.backend"], self.common["lockkit.namespace"], str(template)
-        )
+        """These labels with ``lockkit.key_template`` set to ``template``; the same object
+        for the same template (the web guard and the task adapters make a lock per call)."""
+        labels = self._templates.get(template)
+        if labels is None:
+            labels = Labels(
+                self.common["lockkit.backend"], self.common["lockkit.namespace"], str(template)
+            )
+            # Templates come from code, so there are few; a cache that filled up (templates
+            # made from input by mistake) stops growing, and those locks build their own.
+            if len(self._templates) < TEMPLATES_KEPT:
+                self._templates[template] = labels
+        return labels
 
 
 class Waiting:

@@ -131,6 +131,28 @@ def test_locked_decorator_labels_its_template(otel: Otel) -> None:
         assert point.attributes["lockkit.key_template"] == "report:{day}"
 
 
+def test_locks_of_one_template_share_one_set_of_attributes() -> None:
+    # The web guard and the task adapters make a lock per request or task run: the
+    # attribute mappings of its metrics are built once per template, not once per lock.
+    from lockkit_core import observe
+
+    with _kit() as kit:
+        first = kit.lock("order:1", template="order:{order_id}")
+        second = kit.lock("order:2", template="order:{order_id}")
+        assert first.labels is second.labels
+        other = kit.lock("seat:1", template="seat:{seat}").labels
+        assert other is not first.labels
+        assert other.common["lockkit.key_template"] == "seat:{seat}"
+        # Templates come from code, but one made from user input must not grow the cache
+        # without end: past the bound each lock builds its own again.
+        for n in range(observe.TEMPLATES_KEPT + 10):
+            labels = kit.lock(f"k:{n}", template=f"k:{n}").labels
+            assert labels.outcome["timeout"]["lockkit.key_template"] == f"k:{n}"
+        assert kit.lock("order:3", template="order:{order_id}").labels is first.labels
+        late = f"k:{observe.TEMPLATES_KEPT + 5}"
+        assert kit.lock("x", template=late).labels is not kit.lock("y", template=late).labels
+
+
 def test_the_acquire_span_is_a_child_of_the_caller_s_span(otel: Otel) -> None:
     from opentelemetry import trace
 
