@@ -193,6 +193,64 @@ def test_the_grafana_dashboard_queries_only_series_lockkit_exports() -> None:
     assert queried - labels <= exported, queried - labels - exported
 
 
+_LATE_SDK = """
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from lockkit_core import LockKit
+
+kit = LockKit("memory://late", namespace="late", auto_renew=False)
+with kit.lock("k"):  # before the app set anything up: nothing to record to
+    pass
+reader, spans = InMemoryMetricReader(), InMemorySpanExporter()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+tracer = {tracer}
+trace.set_tracer_provider(tracer)
+with kit.lock("k"):
+    pass
+[metric] = [
+    metric
+    for scope in reader.get_metrics_data().resource_metrics[0].scope_metrics
+    for metric in scope.metrics
+    if metric.name == "lockkit.lock.wait.duration"
+]
+[point] = metric.data.data_points
+print(point.count, [dict(span.attributes) for span in spans.get_finished_spans()])
+"""
+
+
+@pytest.mark.parametrize(
+    ("tracer", "spans"),
+    [
+        ("TracerProvider(); tracer.add_span_processor(SimpleSpanProcessor(spans))", 1),
+        ("trace.NoOpTracerProvider()", 0),
+    ],
+    ids=["sdk", "no-op"],
+)
+def test_an_sdk_set_up_after_the_first_acquire_receives_the_next(tracer: str, spans: int) -> None:
+    import ast
+    import subprocess
+    import sys
+
+    script = _LATE_SDK.replace("{tracer}", tracer)
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    count, attributes = done.stdout.split(" ", 1)
+    assert int(count) == 1  # the acquire after set-up, not the one before
+    expected = {
+        "lockkit.backend": "memory",
+        "lockkit.namespace": "late",
+        "lockkit.outcome": "acquired",
+        "lockkit.token": 2,
+    }
+    assert ast.literal_eval(attributes) == [expected] * spans
+
+
 def test_without_opentelemetry_installed_locks_work_and_record_nothing() -> None:
     import subprocess
     import sys
