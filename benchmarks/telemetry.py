@@ -123,7 +123,11 @@ def main() -> None:
     if args.setup:
         print(json.dumps(measure(args.setup, args.cycles, args.rounds)))
         return
+    from importlib import metadata
+
+    sdk = metadata.version("opentelemetry-sdk")  # its record() cost changes between releases
     print(f"acquire+release on memory://, {args.cycles} cycles x {args.rounds} rounds, µs/cycle")
+    print(f"opentelemetry-sdk {sdk}")
     print(f"load average before: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
     print(f"{'process':<10} {'mode':<10} {'off':>8} {'on':>8} {'added':>8}")
     for setup in SETUPS:
