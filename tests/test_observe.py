@@ -193,6 +193,15 @@ def test_the_grafana_dashboard_queries_only_series_lockkit_exports() -> None:
     assert queried - labels <= exported, queried - labels - exported
 
 
+def test_the_api_global_read_before_each_span_is_still_there() -> None:
+    # Until an app sets a tracer provider, observe reads the API's global instead of calling
+    # get_tracer_provider(), which looks in os.environ each time (1.7 µs per acquire). Were
+    # the name gone, spans would still be right, only that much slower: say so here.
+    from opentelemetry import trace
+
+    assert hasattr(trace, "_TRACER_PROVIDER")
+
+
 _LATE_SDK = """
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
