@@ -109,7 +109,7 @@ class Labels:
     """The attributes of one kit's (or one key template's) metrics, built once: the common
     ones and, for the wait histogram, one mapping per outcome (no dict built per call)."""
 
-    __slots__ = ("common", "outcome")
+    __slots__ = ("_templated", "common", "outcome")
 
     def __init__(self, backend: str, namespace: str, template: str | None = None) -> None:
         common = {"lockkit.backend": backend, "lockkit.namespace": namespace}
@@ -119,12 +119,21 @@ class Labels:
         self.outcome: Mapping[str, Mapping[str, str]] = {
             name: {**common, "lockkit.outcome": name} for name in OUTCOMES
         }
+        self._templated: dict[str, Labels] = {}
 
     def with_template(self, template: str) -> Labels:
-        """These labels with ``lockkit.key_template`` set to ``template``."""
-        return Labels(
-            self.common["lockkit.backend"], self.common["lockkit.namespace"], str(template)
-        )
+        """These labels with ``lockkit.key_template`` set to ``template`` (made once per
+        template: a route or task locks on every call with the same one)."""
+        found = self._templated.get(template)
+        if found is None:
+            found = Labels(
+                self.common["lockkit.backend"], self.common["lockkit.namespace"], str(template)
+            )
+            # Templates are written in code, so few; a bound keeps a misuse (a template
+            # built per call) from growing without end.
+            if len(self._templated) < 1024:
+                self._templated[template] = found
+        return found
 
 
 class Waiting:
