@@ -60,6 +60,11 @@ SCENARIOS: dict[str, tuple[str, str]] = {
         "an acquire sent just before an outage times out on the caller's side; the store "
         "comes back",
     ),
+    "minority-down": (
+        "a minority of nodes down",
+        "one node of a quorum store's three (redlock://) is SIGKILLed or SIGSTOPped; processes "
+        "lock and contend on the two left",
+    ),
     "lost-reply": (
         "reply lost",
         "the store applied a request but its reply was lost (ZooKeeper create)",
@@ -68,7 +73,8 @@ SCENARIOS: dict[str, tuple[str, str]] = {
 
 #: outcome -> what it means, in the table's legend
 OUTCOMES: dict[str, str] = {
-    "held": "the holder keeps the lock; nobody else gets it; fencing tokens keep rising",
+    "held": "the holder keeps the lock; nobody else gets it; fencing tokens keep rising (on "
+    "a store that gives them)",
     "lost-and-told": "the holder loses the lock and is told (on_lost, check() raises LockLost) "
     "before or as another process gets it",
     "freed": "the key is freed (within the ttl or session timeout), with no ghost holder left",
@@ -76,9 +82,10 @@ OUTCOMES: dict[str, str] = {
     "timeout: never a hang, never a False that reads as busy, never a grant it cannot keep",
 }
 
-STORES = ("redis", "etcd", "zookeeper", "postgres", "mysql")
+STORES = ("redis", "redlock", "etcd", "zookeeper", "postgres", "mysql")
 STORE_NAMES = {
     "redis": "redis://",
+    "redlock": "redlock://",
     "etcd": "etcd://",
     "zookeeper": "zookeeper://",
     "postgres": "postgresql://",
