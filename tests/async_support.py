@@ -82,7 +82,7 @@ def leftovers(kit: LockKit, key: str) -> list[str]:
                 found.append(f"redis key {name.decode()} ({client.type(name).decode()})")
     elif scheme == "mysql":
         # asyncio waiters queue in the process, in rooms per loop (backends/sql/myaio.py)
-        for ops in kit.backend._aio.values():  # type: ignore[attr-defined]
+        for ops in kit.backend._aio._made.values():  # type: ignore[attr-defined]
             if full_key in ops.rooms:
                 found.append(f"{len(ops.rooms[full_key].turns)} waiter(s) in the room")
     elif scheme == "zookeeper":

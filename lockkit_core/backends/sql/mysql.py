@@ -10,18 +10,16 @@ statements run on a few threads of the kit and the waiters queue on the loop (:m
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import socket
 import threading
-import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...errors import BackendError, ConfigError
 from ...url import LockURL
-from ..aio import AsyncOps, Executor
+from ..aio import AsyncOps, Executor, PerLoop
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
 from .giveback import GiveBack
 from .schema import (
@@ -122,9 +120,7 @@ class MySQLBackend(Backend):
 
         # as many threads as the pool keeps connections: more would only open and close some
         self._executor = Executor("lockkit-mysql", threads=MAX_IDLE)
-        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, MyOps] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._aio: PerLoop[MyOps] = PerLoop()
 
     # -- statements ------------------------------------------------------------------------------
 
@@ -148,11 +144,7 @@ class MySQLBackend(Backend):
         set of waiting rooms per loop; see .myaio)."""
         from .myaio import MyOps
 
-        loop = asyncio.get_running_loop()
-        ops = self._aio.get(loop)
-        if ops is None:
-            ops = self._aio[loop] = MyOps(self, self._executor)
-        return ops
+        return self._aio.get(lambda: MyOps(self, self._executor))
 
     def _server_thread_alive(self, thread: int) -> bool:
         done = self._pool.run(
@@ -288,7 +280,7 @@ class MySQLBackend(Backend):
         self._pool.forget_after_fork()
         self._giveback = GiveBack(self.release, self._server_thread_alive)
         self._executor.forget_after_fork()
-        self._aio = weakref.WeakKeyDictionary()
+        self._aio = PerLoop()
 
     def connection(self, what: str) -> Any:
         """A new autocommit PyMySQL connection with this store's settings, for checks outside
