@@ -20,15 +20,12 @@ release that the advisory lock (which writes nothing) does not pay.
 from __future__ import annotations
 
 import argparse
-import itertools
-import multiprocessing
 import os
 import secrets
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -36,12 +33,11 @@ import psycopg
 from lockkit_core.testing import PostgresServer
 
 from . import report
-from .machine import load_average, pin_all_threads, pin_self, spin
-from .pg_trace import traced_connection
+from .handoffs import Cycle, contend
+from .machine import load_average, pin_all_threads, pin_self
+from .probes import Probe, measure, whole
 from .report import Column
-from .stats import Section, percentile, section_stats
 
-_SPAWN = multiprocessing.get_context("spawn")
 DB = "bench"
 TTL = 10.0
 
@@ -63,78 +59,6 @@ def _connect(url: str) -> psycopg.Connection[Any]:
 
 
 # -- 1. uncontended ------------------------------------------------------------------------------
-
-Cycle = Callable[[], None]
-
-
-#: how many slices each row's cycles are cut into: the rows take turns slice by slice, so
-#: other work on the machine falls on every row alike
-ROUNDS = 10
-
-
-def _time(cycle: Cycle, cycles: int, warmup: int) -> list[float]:
-    for _ in range(warmup):
-        cycle()
-    samples = []
-    for _ in range(cycles):
-        started = time.perf_counter()
-        cycle()
-        samples.append(time.perf_counter() - started)
-    return sorted(s * 1e6 for s in samples)
-
-
-def _row(name: str, micros: list[float], trips: float) -> dict[str, Any]:
-    return {
-        "library": name,
-        "mean_us": statistics.fmean(micros),
-        "p50_us": percentile(micros, 50),
-        "p99_us": percentile(micros, 99),
-        "round_trips": trips,
-    }
-
-
-@dataclass
-class Probe:
-    """One row: ``run()`` does one cycle and returns the seconds of the part it times; the
-    round trips of a cycle are counted on ``conn``, the connection it runs on."""
-
-    name: str
-    run: Callable[[], float]
-    conn: Any
-    samples: list[float] = field(default_factory=list)
-
-
-def whole(cycle: Cycle) -> Callable[[], float]:
-    """A probe's ``run`` that times all of ``cycle``."""
-
-    def run() -> float:
-        started = time.perf_counter()
-        cycle()
-        return time.perf_counter() - started
-
-    return run
-
-
-def _count_trips(probe: Probe) -> int:
-    with traced_connection(probe.conn) as trips:
-        probe.run()
-        probe.conn.pgconn.untrace()  # flushes the trace file before it is read
-        return trips.count()
-
-
-def measure(probes: list[Probe], settings: Settings) -> list[dict[str, Any]]:
-    """Time every probe untraced (libpq's trace costs a write per message), in turns of
-    ``cycles / ROUNDS`` (see :data:`ROUNDS`), then count one more cycle's round trips."""
-    for probe in probes:
-        for _ in range(settings.warmup):
-            probe.run()
-    for _ in range(ROUNDS):
-        for probe in probes:
-            probe.samples += [probe.run() for _ in range(settings.cycles // ROUNDS)]
-    return [
-        _row(probe.name, sorted(x * 1e6 for x in probe.samples), _count_trips(probe))
-        for probe in probes
-    ]
 
 
 def _pool_connection(backend: Any) -> Any:
@@ -228,7 +152,7 @@ def uncontended(url: str, settings: Settings) -> tuple[list[dict[str, Any]], lis
         ),
     ]
     parts = _statement_probes(url, backend)
-    rows = measure(probes + parts, settings)
+    rows = measure(probes + parts, settings.cycles, settings.warmup)
     kit.close()
     advisory_kit.close()
     conn.close()
@@ -328,29 +252,6 @@ HANDLES: dict[str, Callable[[str], tuple[Cycle, Cycle]]] = {
 }
 
 
-def _child(name: str, url: str, settings: Settings, barrier: Any, results: Any) -> None:
-    import os
-
-    try:
-        acquire, release = HANDLES[name](url)
-        acquire()
-        release()
-        barrier.wait(60)
-        start = time.monotonic()
-        sections: list[Section] = []
-        while (asked := time.monotonic()) < start + settings.seconds:
-            acquire()
-            got = time.monotonic()
-            spin(settings.hold)
-            done = time.monotonic()
-            release()
-            sections.append((asked, got, done, os.getpid()))
-        results.put((start, sections, None))
-    except BaseException as exc:
-        barrier.abort()
-        results.put((0.0, [], f"{type(exc).__name__}: {exc}"))
-
-
 def _transactions(server: PostgresServer) -> int:
     with _connect(server.url) as admin:
         admin.execute("SELECT pg_stat_clear_snapshot()")
@@ -374,39 +275,15 @@ def _settled_transactions(server: PostgresServer) -> int:
 
 
 def contention(name: str, server: PostgresServer, url: str, settings: Settings) -> dict[str, Any]:
-    before = _settled_transactions(server)
-    barrier = _SPAWN.Barrier(settings.processes)
-    results = _SPAWN.Queue()
-    workers = [
-        _SPAWN.Process(target=_child, args=(name, url, settings, barrier, results), daemon=True)
-        for _ in range(settings.processes)
-    ]
-    for worker in workers:
-        worker.start()
-    got = [results.get(timeout=120) for _ in workers]
-    for worker in workers:
-        worker.join(30)
-    errors = [error for _, _, error in got if error]
-    if errors:
-        return {"library": name, "error": errors[0]}
-    statements = _settled_transactions(server) - before
-    sections = [s for _, found, _ in got for s in found]
-    start = min(start for start, _, _ in got)
-    stats = section_stats([(sections, start)], settings.seconds, settings.processes)
-    ordered = sorted(sections, key=lambda s: s[1])
-    handoffs = sorted(
-        (b[1] - a[2]) * 1e3 for a, b in itertools.pairwise(ordered) if a[3] != b[3] and b[0] < a[2]
+    return contend(
+        name,
+        HANDLES[name],
+        url,
+        processes=settings.processes,
+        seconds=settings.seconds,
+        hold=settings.hold,
+        statements=lambda: _settled_transactions(server),
     )
-    return {
-        "library": name,
-        "grants": stats.sections,
-        "per_second": stats.per_second,
-        "handoff_p50_ms": percentile(handoffs, 50),
-        "handoff_p99_ms": percentile(handoffs, 99),
-        "overlaps": stats.overlaps,
-        # warm-up and set-up statements of each process are included: a small overcount
-        "statements_per_grant": statements / max(1, stats.sections),
-    }
 
 
 UNCONTENDED_COLUMNS = (
