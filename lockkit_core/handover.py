@@ -55,17 +55,7 @@ class HandOver(Handle):
         if hold is None or hold.count != 1 or hold.pid != os.getpid():
             raise LockNotOwned(self.key, f"cannot detach {self.key!r}: not held once here")
         was_lost = hold.is_lost()
-        with self.kit.holds.mutex:
-            if self.reentrant:
-                self._local.use = None
-            else:
-                self._hold = None
-            hold.count = 0
-            # Cleared before the store hears of it: see Hold.mark_lost.
-            hold.active = False
-            self.kit.holds.drop(hold)
-            if self._last is hold:
-                self._last = None
+        self._forget(hold)
         return hold, was_lost
 
     def hand_off(self, ttl: float | None = None) -> str:
@@ -95,18 +85,26 @@ class HandOver(Handle):
             )
         self.check()
         hold.extend(new_ttl, raise_on_loss=True)
+        self._forget(hold)
+        return hold.owner
+
+    def _forget(self, hold: Hold) -> None:
+        """Stop holding ``hold`` here, telling the store nothing: the lease is now someone
+        else's to free (a batched store call's, or the adopter's)."""
         holds = self.kit.holds
         with holds.mutex:
             if self.reentrant:
+                # The thread's use, or the handle's asyncio one (an aacquire's hold).
                 self._set_use(None, hold.task is not None)
             else:
                 self._hold = None
             hold.count = 0
-            hold.active = False  # the watchdog drops inactive holds without a round trip
+            # Cleared before the store hears of it (see Hold.mark_lost); the watchdog drops
+            # inactive holds without a round trip.
+            hold.active = False
             holds.drop(hold)
             if self._last is hold:
                 self._last = None
-        return hold.owner
 
     def _new_ttl(self, ttl: float | None, verb: str) -> float:
         """The lease ``extend``/``hand_off`` sets: ``ttl``, else the lock's own."""

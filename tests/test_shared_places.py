@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from holders import Holder
+from many_kits import kits_on
 from polling import wait_until
 
 from lockkit_core import LockKit, LockLost, LockTimeout
@@ -63,10 +64,8 @@ def namespace() -> str:
 
 @pytest.fixture
 def kits(url: str, namespace: str) -> Iterator[list[LockKit]]:
-    made = [LockKit(url, namespace=namespace) for _ in range(4)]
-    yield made
-    for kit in made:
-        kit.close()
+    with kits_on(url, namespace, 4) as made:
+        yield made
 
 
 def test_the_backends_say_they_have_shared_places(url: str) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from many_kits import kits_on
 from polling import wait_until
 
 from lockkit_core import Lock, LockKit
@@ -42,10 +43,8 @@ _REQUESTS = (
 def kits(zookeeper_server: ZooKeeperServer) -> Iterator[list[LockKit]]:
     namespace = f"zh{uuid.uuid4().hex[:10]}"
     url = zookeeper_server.url + "?session_timeout=4&socket_timeout=2"
-    made = [LockKit(url, namespace=namespace) for _ in range(3)]
-    yield made
-    for kit in made:
-        kit.close()
+    with kits_on(url, namespace, 3) as made:
+        yield made
 
 
 def _count_requests(kit: LockKit) -> Counter[str]:

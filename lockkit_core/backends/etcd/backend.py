@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
 import time
-import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...errors import BackendError, BackendUnavailable
 from ...url import LockURL
+from ..aio import PerLoop
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
 from .admin import lease_of, list_leases
 from .client import Call, LeaseNotFound, Steps, b64
@@ -78,9 +77,7 @@ class EtcdBackend(Backend):
         self._holder = f"{socket.gethostname()} pid "
         self._held: dict[tuple[str, str], Held] = {}
         self._seen: dict[str, tuple[int, float]] = {}
-        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EtcdOps] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._aio: PerLoop[EtcdOps] = PerLoop()
 
     # -- locking ---------------------------------------------------------------------------------
 
@@ -353,11 +350,7 @@ class EtcdBackend(Backend):
         connections per loop, made on first use); watches read on the loop."""
         from .aio import EtcdOps
 
-        loop = asyncio.get_running_loop()
-        ops = self._aio.get(loop)
-        if ops is None:
-            ops = self._aio[loop] = EtcdOps(self)
-        return ops
+        return self._aio.get(lambda: EtcdOps(self))
 
     def queue_first(self) -> bool:
         # The waiter grants the lease its attempts use, so registering first costs nothing.

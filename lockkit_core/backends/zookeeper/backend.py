@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote
 
 from ...errors import BackendUnavailable
 from ...url import LockURL
+from ..aio import PerLoop
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
 from .admin import force_release, list_leases, read_lease
 from .aio import Sender, ZooKeeperOps
@@ -78,9 +77,7 @@ class ZooKeeperBackend(Backend):
         self._session_timeout = float(kwargs["timeout"])
         #: makes the kazoo calls of asyncio callers (see .aio), started on first use
         self.sender = Sender()
-        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ZooKeeperOps] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._aio: PerLoop[ZooKeeperOps] = PerLoop()
 
     def _sweep(self) -> None:
         self.session.run(self._sweeping())
@@ -329,11 +326,7 @@ class ZooKeeperBackend(Backend):
         """The same plans of requests, each sent with kazoo's ``*_async`` methods and awaited
         through a future of the loop: no thread per request or waiter (one set of operations
         per loop, made on first use)."""
-        loop = asyncio.get_running_loop()
-        ops = self._aio.get(loop)
-        if ops is None:
-            ops = self._aio[loop] = ZooKeeperOps(self)
-        return ops
+        return self._aio.get(lambda: ZooKeeperOps(self))
 
     def leave(self, key: str, owner: str, *, reachable: bool) -> Steps[None]:
         """Drop ``owner``'s queue node on ``key`` (the waiter gave up)."""
@@ -397,7 +390,7 @@ class ZooKeeperBackend(Backend):
         self.tree.forget_after_fork()
         self._claims.forget_after_fork()
         self.sender = Sender()
-        self._aio = weakref.WeakKeyDictionary()
+        self._aio = PerLoop()
         self._nodes = {}
         self._queued = {}
 
