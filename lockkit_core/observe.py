@@ -117,18 +117,11 @@ class _Spans:
         self.decided = False
         self.tracer: Tracer | None = None
 
-    def current(self) -> Tracer | None:
+    def decide(self) -> Tracer | None:
         """The tracer to start spans with, or None while they would go nowhere."""
-        if self.decided:
-            return self.tracer
-        # The public get_tracer_provider() looks the provider up in os.environ on every call
-        # until one is set (1.7 µs, more than the no-op span it would spare), so the API's
-        # global is read first; should the name ever go, the public call answers (slower).
-        if getattr(_otel_trace, "_TRACER_PROVIDER", True) is None:
-            return None
         provider = _otel_trace.get_tracer_provider()
         if isinstance(provider, _otel_trace.ProxyTracerProvider):
-            return None  # not set yet (only reached without the global above)
+            return None  # none set yet (reached only if the API's global has gone, see waiting)
         if not isinstance(provider, _otel_trace.NoOpTracerProvider):
             self.tracer = provider.get_tracer("lockkit")
         self.decided = True
@@ -189,7 +182,16 @@ def waiting(labels: Labels) -> Waiting | None:
     if inst is None:
         return None
     span: Span | None = None
-    tracer = _spans.current()
+    spans = _spans
+    if spans.decided:
+        tracer = spans.tracer
+    elif getattr(_otel_trace, "_TRACER_PROVIDER", True) is None:
+        # No provider set yet. The public get_tracer_provider() would look one up in
+        # os.environ on every call until then (1.7 µs, more than the no-op span it would
+        # spare), so the API's global is read; should the name go, decide() answers (slower).
+        tracer = None
+    else:
+        tracer = spans.decide()
     if tracer is not None:
         # Not made current: nothing runs inside it, and attaching a context costs time.
         span = tracer.start_span(ACQUIRE_SPAN, attributes=labels.common)
