@@ -3,8 +3,10 @@
 Over HTTP the noise is larger than what a route no rule matches may cost. Here the same
 requests go straight into ``app.wsgi_app`` of two apps in alternating batches: a bare Flask
 app, and one with the lockkit extension (its hooks run on every request) serving the same
-view plain and under ``@lock_route`` on a fresh key per request. On Redis a batch of bare
-redis-py SET NX PX + compare-and-delete cycles runs between them: the floor.
+view plain and under ``@lock_route`` on a fresh key per request. On Redis the floor (bare
+redis-py SET NX PX + compare-and-delete, :mod:`.redis_floor`) is measured twice between them:
+in a tight loop, and by hand in a view of the bare app (``/floor/<key>``; its added p50 over
+the bare app's plain route is the floor a locked route compares with, request for request).
 """
 
 from __future__ import annotations
@@ -25,17 +27,25 @@ from lockkit_flask import LockKit, lock_route
 from .redis_floor import Floor
 from .stats import percentile
 
-__all__ = ["Row", "measure"]
+__all__ = ["FLOOR_ROW", "Row", "measure"]
 
 _numbers = itertools.count(1)
 
 
-def _apps(url: str) -> tuple[Flask, Flask]:
+def _apps(url: str, floor: Floor | None = None) -> tuple[Flask, Flask]:
     bare = Flask("bare")
 
     @bare.get("/plain/<key>")
     def plain(key: str) -> str:
         return key
+
+    if floor is not None:
+        cycle = floor.cycle
+
+        @bare.get("/floor/<key>")
+        def by_hand(key: str) -> str:
+            cycle(f"floor:view:{key}")
+            return key
 
     app = Flask("with_lockkit")
     app.config["LOCKKIT_URL"] = url
@@ -90,19 +100,26 @@ class Row:
     added_p50: float
 
 
+#: The row of the floor locked by hand in a view of the bare app (Redis only).
+FLOOR_ROW = "floor, view"
+
+
 def measure(url: str, requests: int, rounds: int) -> tuple[list[Row], float | None]:
-    """Rows for the bare app, a route no rule matches, and a locked route; the floor's p50
-    (None unless ``url`` is Redis)."""
-    bare, app = _apps(url)
+    """Rows for the bare app, a route no rule matches, a locked route and (on Redis) the
+    floor by hand in a view; the p50 of the floor in a tight loop (None unless Redis)."""
     floor = Floor(url) if url.startswith("redis") else None
+    bare, app = _apps(url, floor)
     series = {"bare app": (bare, "plain"), "no rule": (app, "plain"), "locked": (app, "locked")}
+    if floor is not None:
+        series[FLOOR_ROW] = (bare, "floor")
     for target, route in series.values():
         _batch(target, route, requests)  # warm up
     times: dict[str, list[float]] = {name: [] for name in series}
     floor_times: list[float] = []
     names = list(series)
     for i in range(rounds):
-        for name in names[i % 3 :] + names[: i % 3]:  # rotate which goes first
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:  # rotate which goes first
             target, route = series[name]
             times[name] += _batch(target, route, requests)
         if floor is not None:
