@@ -23,7 +23,7 @@ from .clients import from_url as clients_from_url
 from .connect import check_tls_options, warn_plain_password
 from .leaver import Leaver
 from .listener import Listener, as_text
-from .scripts import PREFIX, Script, owner_id, stored_key, stored_keys
+from .scripts import PREFIX, Script, grant_list, owner_id, stored_key, stored_keys
 from .shared import RedisPlaces
 from .waiter import RedisWaiter
 from .wire import connections_for
@@ -110,8 +110,10 @@ class RedisBackend(Backend):
         self.client: redis.Redis = clients.client
         self.listener_client: redis.Redis = clients.listener
         self._shared_pool = clients.shared
-        # One script, two call shapes: operations on a held lock need only its record.
+        # One script, three call shapes: operations on a held lock need only its record;
+        # acquire and leave also name the caller's grant list (lua/lock.lua, G).
         self._script = self.new_script(4)
+        self._script_as_waiter = self.new_script(5)
         self._script_on_record = self.new_script(1)
         #: the connections a fair waiter blocks on for its grant (RedisWaiter.await_grant);
         #: None on a cluster, whose client has no one pool (its fair waiters take notices)
@@ -224,18 +226,22 @@ class RedisBackend(Backend):
     def _try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         args = self.acquire_args(key, owner, ttl)
         sent = time.monotonic()
-        reply = self._call("acquire", lambda: self._script(*args), retry=True, key=key)
+        reply = self._call("acquire", lambda: self._script_as_waiter(*args), retry=True, key=key)
         return self.acquire_answer(key, owner, ttl, reply, sent)
 
     def acquire_args(self, key: str, owner: str, ttl: float) -> list[Any]:
-        """The keys and arguments of the script's ``acquire`` (see :meth:`try_acquire`)."""
+        """The 5 keys and the arguments of the script's ``acquire`` (see :meth:`try_acquire`)."""
         ms = max(1, int(ttl * 1000))
         holder = self._holder_here
         waiter = self._queued.get((key, owner))
-        channel = self._listener.channel_for(key) if waiter is not None else ""
-        who = waiter.id if waiter is not None else owner_id(owner)
-        fair = "0" if waiter is not None and not waiter.fair else "1"
-        keys = stored_keys(stored_key(key))
+        if waiter is None:
+            channel, who, fair = "", owner_id(owner), "1"
+        else:
+            channel, who = self._listener.channel_for(key), waiter.id
+            # '2': the release pushes our grant to our list, which we block on (BLPOP)
+            fair = "0" if not waiter.fair else "2" if waiter.reads_grants else "1"
+        lock_key = stored_key(key)
+        keys = [*stored_keys(lock_key), grant_list(lock_key, who)]
         return [*keys, "acquire", who, ms, holder, channel, self._floor, fair]
 
     def acquire_answer(self, key: str, owner: str, ttl: float, reply: Any, sent: float) -> Grant:
@@ -257,20 +263,39 @@ class RedisBackend(Backend):
         return Grant(False, retry_after=wait_ms / 1000.0 if wait_ms > 0 else None)
 
     def release(self, key: str, owner: str) -> bool:
-        args = self.release_args(key, owner)
-        return bool(self._call("release", lambda: self._script(*args), key=key))
+        args = self.release_args(key, owner, ours=True)
+        sent = time.monotonic()
+        reply = self._call("release", lambda: self._script(*args), key=key)
+        return self.release_answer(key, reply, sent)
 
-    def release_args(self, key: str, owner: str) -> list[Any]:
-        return [*stored_keys(stored_key(key)), "release", owner, self._floor]
+    def release_args(self, key: str, owner: str, *, ours: bool = False) -> list[Any]:
+        """The keys and arguments of the script's ``release``. ``ours``: while this process
+        has waiters, a lock handed to one of them comes back in the reply (see
+        :meth:`release_answer`) instead of as a notice."""
+        channel = self._listener.channel_for(key) if ours and self._listener.waiting else ""
+        return [*stored_keys(stored_key(key)), "release", owner, self._floor, channel]
+
+    def release_answer(self, key: str, reply: Any, sent: float) -> bool:
+        """Whether the release sent at ``sent`` released; a lock it handed to a waiter of
+        this process (``{1, id, token}``) goes to that waiter: the store's own reply is its
+        grant, so the waiter sends nothing, and the lease is counted from ``sent``."""
+        if isinstance(reply, list):
+            token = self.saw_token(int(reply[2]))
+            self._listener.hand(key, as_text(reply[1]), Grant(True, token, since=sent))
+            return True
+        return bool(reply)
 
     def leave(self, key: str, owner: str) -> None:
         """Take ``owner`` out of the queue of ``key``; pass the lock on if it was handed to
         it, and give back a lease it holds."""
         args = self.leave_args(key, owner)
-        self._call("leave the queue of", lambda: self._script(*args), retry=True, key=key)
+        self._call("leave the queue of", lambda: self._script_as_waiter(*args), retry=True, key=key)
 
     def leave_args(self, key: str, owner: str) -> list[Any]:
-        return [*stored_keys(stored_key(key)), "leave", owner, self._floor]
+        """The 5 keys and the arguments of the script's ``leave``."""
+        lock_key = stored_key(key)
+        keys = [*stored_keys(lock_key), grant_list(lock_key, owner_id(owner))]
+        return [*keys, "leave", owner, self._floor]
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
         args = self.on_record_args("extend", key, owner, ttl)

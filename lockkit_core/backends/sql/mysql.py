@@ -20,7 +20,14 @@ from ...errors import BackendError, ConfigError
 from ...url import LockURL
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
 from .giveback import GiveBack
-from .schema import DEFAULT_TABLE, check_table, mysql_ddl
+from .schema import (
+    DEFAULT_TABLE,
+    LEASE_TABLE,
+    SERVER_OPTIONS,
+    check_table,
+    lease_from_row,
+    mysql_ddl,
+)
 
 if TYPE_CHECKING:
     from .mypool import MyPool
@@ -72,22 +79,9 @@ class MySQLBackend(Backend):
     schemes: ClassVar[tuple[str, ...]] = ("mysql", "mariadb")
     extra: ClassVar[str | None] = "mysql"
     requires: ClassVar[str | None] = "pymysql"
-    capabilities: ClassVar[Capability] = (
-        Capability.TTL
-        | Capability.FENCING
-        | Capability.CROSS_PROCESS
-        | Capability.CROSS_HOST
-        | Capability.LIST
-        | Capability.HAND_OFF
-    )
+    capabilities: ClassVar[Capability] = LEASE_TABLE | Capability.CROSS_HOST
     grade: ClassVar[Grade] = Grade.SINGLE_NODE
-    option_types: ClassVar[Mapping[str, type]] = {
-        "username": str,
-        "password": str,
-        "connect_timeout": float,
-        "socket_timeout": float,
-        "table": str,
-    }
+    option_types: ClassVar[Mapping[str, type]] = {**SERVER_OPTIONS, "table": str}
 
     def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
         super().__init__(url, options)
@@ -233,14 +227,8 @@ class MySQLBackend(Backend):
     @staticmethod
     def _lease(row: tuple[Any, ...]) -> Lease:
         key, owner, fence, left_us, holder, started_us = row
-        return Lease(
-            key=bytes(key).decode("utf-8", "surrogatepass"),
-            owner_hint=str(owner)[:8],
-            token=int(fence),
-            ttl_remaining=max(0.0, left_us / 1e6),
-            holder=holder,
-            started=started_us / 1e6,
-        )
+        key = bytes(key).decode("utf-8", "surrogatepass")
+        return lease_from_row((key, owner, fence, left_us / 1e6, holder, started_us / 1e6))
 
     def list(self, prefix: str) -> list[Lease]:
         raw = prefix.encode("utf-8", "surrogatepass")
