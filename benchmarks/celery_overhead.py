@@ -15,7 +15,6 @@ Prints microseconds per task (median of the rounds) and the overhead over the pl
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import statistics
@@ -103,16 +102,6 @@ def _count(server: RedisServer) -> None:
             print(f"    {line[:160]}")
 
 
-def _cpu_ns(pid: int) -> int:
-    """CPU time every thread of ``pid`` has run, in nanoseconds (``/proc/PID/task/*/schedstat``:
-    what it ran, not what it waited for a CPU on a loaded machine)."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(OSError):  # a thread that just ended
-            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
-    return total
-
-
 @dataclass
 class WorkerRun:
     """Per contender and round: microseconds per task, wall clock and CPU (producer + worker
@@ -126,7 +115,7 @@ class WorkerRun:
 
 
 def _worker_rounds(server: RedisServer, tasks: int, rounds: int, pinning: str) -> WorkerRun:
-    from .machine import choose_pinnings, pin_all_threads, pin_self
+    from .machine import choose_pinnings, cpu_ns, pin_all_threads, pin_self
 
     base = server.url.rsplit("/", 1)[0]
     os.environ["BENCH_REDIS"] = base
@@ -161,7 +150,7 @@ def _worker_rounds(server: RedisServer, tasks: int, rounds: int, pinning: str) -
                 task = bench.TASKS[name]
                 counter = f"done:{task.name.split('.')[1]}"
                 counts.delete(counter)
-                used = (time.process_time_ns(), _cpu_ns(worker.pid), _cpu_ns(server.pid))
+                used = (time.process_time_ns(), cpu_ns(worker.pid), cpu_ns(server.pid))
                 began = time.perf_counter()
                 for n in range(tasks):
                     task.delay(i * 10**6 + n)
@@ -170,7 +159,7 @@ def _worker_rounds(server: RedisServer, tasks: int, rounds: int, pinning: str) -
                         raise RuntimeError("the benchmark worker died; see " + str(log))
                     time.sleep(0.002)
                 took = time.perf_counter() - began
-                now = (time.process_time_ns(), _cpu_ns(worker.pid), _cpu_ns(server.pid))
+                now = (time.process_time_ns(), cpu_ns(worker.pid), cpu_ns(server.pid))
                 if i:
                     wall[name].append(took / tasks * 1e6)
                     each = [(b - a) / tasks / 1000.0 for a, b in zip(used, now, strict=True)]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from django.test import RequestFactory, override_settings
 
 from . import django_urls
 from .django_settings import LOCK_MIDDLEWARE, lockkit_settings
+from .machine import CpuClock
 from .redis_floor import Floor
 from .redis_monitor import CommandCounter
 from .stats import percentile
@@ -60,6 +62,11 @@ class InProcess:
     floor_p50: float | None = None
     #: what locking by hand (the floor) adds to the view, in a request of the bare handler
     floor_in_view: float | None = None
+    #: CPU per request (this process + redis-server) the middleware adds; the floor's per
+    #: cycle in a tight loop; what the floor adds by hand in the view
+    cpu_overhead: float = math.nan
+    floor_cpu: float | None = None
+    floor_cpu_in_view: float | None = None
 
     @property
     def mean_overhead(self) -> float:
@@ -101,7 +108,15 @@ def _handler(with_middleware: bool) -> WSGIHandler:
         return WSGIHandler()  # reads MIDDLEWARE once, here
 
 
-def _batch(handler: WSGIHandler, route: str, requests: int) -> list[float]:
+#: what the batches count as CPU time (measure() adds redis-server's)
+_CPU = CpuClock()
+
+
+def _batch(
+    handler: WSGIHandler, route: str, requests: int, cpu: list[float] | None = None
+) -> list[float]:
+    """Each request's wall time (microseconds); ``cpu`` gets the batch's CPU time per
+    request."""
     factory = RequestFactory()
     environs = [factory.get(f"/{route}/{next(_numbers)}").environ for _ in range(requests)]
     statuses: list[str] = []
@@ -112,10 +127,13 @@ def _batch(handler: WSGIHandler, route: str, requests: int) -> list[float]:
     gc.collect()
     took = []
     clock = time.perf_counter_ns
+    used = _CPU.read()
     for environ in environs:
         started = clock()
         handler(environ, start_response).close()  # type: ignore[arg-type]
         took.append((clock() - started) / 1000.0)
+    if cpu is not None:
+        cpu.append((_CPU.read() - used) / requests / 1000.0)
     bad = [s for s in statuses if not s.startswith("200")]
     if bad:
         raise RuntimeError(f"/{route}/ answered {bad[0]} ({len(bad)} of {requests} requests)")
@@ -134,15 +152,20 @@ def _count(
     return seen.total / requests, per
 
 
-def measure(case: Case, requests: int, rounds: int) -> InProcess:
+def measure(case: Case, requests: int, rounds: int, server_pid: int | None = None) -> InProcess:
     """``rounds`` batches of ``requests`` per handler, alternating which goes first (on Redis
     with a batch of bare SET NX PX + compare-and-delete cycles between them, the floor); then
     one more batch with the middleware under MONITOR, to count the Redis commands. The floor
     is also timed by hand in the view (``/floor/<n>``) of the handler without the middleware.
+    CPU time per request counts this process and, given its ``server_pid``, redis-server.
     """
-    floor = Floor(case.url) if case.route == "locked" and case.url.startswith("redis") else None
+    _CPU.server_pid = server_pid
+    on_redis = case.route == "locked" and case.url.startswith("redis")
+    floor = Floor(case.url, server_pid) if on_redis else None
     floor_times: list[float] = []
     by_hand: list[float] = []
+    cpu: dict[str, list[float]] = {"on": [], "off": [], "floor": [], "by hand": []}
+
     django_urls.FLOOR = floor
     with override_settings(
         ROOT_URLCONF=_ROUTES, ALLOWED_HOSTS=["*"], LOCKKIT=lockkit_settings(case.url)
@@ -152,11 +175,12 @@ def measure(case: Case, requests: int, rounds: int) -> InProcess:
         _batch(without_mw, case.route, requests)
         times: dict[bool, list[float]] = {True: [], False: []}
         for i in range(rounds):
-            for on in (True, False) if i % 2 else (False, True):
-                times[on] += _batch(with_mw if on else without_mw, case.route, requests)
-                if floor is not None and on:
-                    floor_times += floor.batch(requests)
-                    by_hand += _batch(without_mw, "floor", requests)
+            for mw in (True, False) if i % 2 else (False, True):
+                handler = with_mw if mw else without_mw
+                times[mw] += _batch(handler, case.route, requests, cpu["on" if mw else "off"])
+                if floor is not None and mw:
+                    floor_times += floor.batch(requests, cpu["floor"])
+                    by_hand += _batch(without_mw, "floor", requests, cpu["by hand"])
         per_request, commands = _count(case, with_mw, requests)
     if floor is not None:
         django_urls.FLOOR = None
@@ -174,4 +198,12 @@ def measure(case: Case, requests: int, rounds: int) -> InProcess:
         commands=commands,
         floor_p50=percentile(sorted(floor_times), 50) if floor_times else None,
         floor_in_view=percentile(sorted(by_hand), 50) - percentile(off, 50) if by_hand else None,
+        cpu_overhead=_paired(cpu["on"], cpu["off"]),
+        floor_cpu=statistics.median(cpu["floor"]) if floor_times else None,
+        floor_cpu_in_view=_paired(cpu["by hand"], cpu["off"]) if by_hand else None,
     )
+
+
+def _paired(series: list[float], base: list[float]) -> float:
+    """The median of each round's difference between ``series`` and ``base``."""
+    return statistics.median(a - b for a, b in zip(series, base, strict=True))
