@@ -70,7 +70,7 @@ def _values(rule: RequestRule) -> Callable[[Request], Values]:
     """How a request gives ``rule``'s key its values, decided once per rule."""
     if rule.key.func is not None:
         return lambda _request: lambda func: func()
-    if not any(field in ALL_SOURCES for field in rule.key.fields):
+    if rule.key.url_only:
         # URL arguments only: the request's view_args themselves, no lookup object.
         return lambda req: req.view_args or {}
     return lambda req: FlaskValues(req.view_args or {})

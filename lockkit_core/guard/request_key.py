@@ -83,6 +83,8 @@ class RequestKey:
         self.fields: tuple[str, ...] = ()
         # Which fields are credentials depends on their names only: decided once, here.
         self.secret_fields: frozenset[str] = frozenset()
+        self._plain: list[tuple[str, str | None]] | None = None
+        self.url_only = False
         if callable(key):
             self.func = key
             return
@@ -130,6 +132,9 @@ class RequestKey:
             if field is None or (field.isidentifier() and not spec and conversion is None)
         ]
         self._plain = plain if len(plain) == len(self.parts) and not secret else None
+        #: The template names URL arguments only: an adapter may pass them as the values
+        #: as they are, with no lookup of its sources.
+        self.url_only = not any(root in sources for root in self.fields)
 
     def __repr__(self) -> str:
         return f"RequestKey({self.template or self.func!r})"
