@@ -6,7 +6,10 @@ Installed through the ``celery.commands`` entry point; the store and namespace a
 
 from __future__ import annotations
 
+import sys
+
 import click
+from celery import Celery
 
 from lockkit_core.cli import CliSettings, info_command, list_command, release_command
 from lockkit_core.terminal import printable
@@ -25,10 +28,29 @@ def lockkit(ctx: click.Context) -> None:
     app = ctx.obj.app
     config = store_config(app)
     # Hints name a command that reaches this app's store, never the core's default one.
-    given = ctx.find_root().params.get("app")
-    command = f"celery -A {given or app.main} lockkit" if (given or app.main) else "celery lockkit"
+    name = _app_option(ctx.find_root().params.get("app"), app)
+    command = f"celery -A {name} lockkit" if name else "celery lockkit"
     ctx.obj = CliSettings(url=config.url, namespace=config.namespace, command=command)
     ctx.meta["lockkit_app"] = app
+
+
+def _app_option(given: object, app: Celery) -> str | None:
+    """What to pass to ``-A`` for ``app``: the text the user gave (Celery 5.4 and newer keep
+    it), else the app's main module name. Celery 5.3 converts ``-A`` to the app object
+    itself, whose repr (``<Celery proj at 0x...>``) is no ``-A`` value; None if the app
+    cannot be named."""
+    if isinstance(given, str) and given:
+        return given
+    main: str | None = app.main
+    if main and main != "__main__":
+        return main
+    # No main name: the module that holds the app, as ``-A module:attribute``.
+    for name, module in list(sys.modules.items()):
+        found = getattr(module, "__dict__", {})  # not getattr: no module __getattr__ runs
+        for attribute in ("app", "celery"):
+            if found.get(attribute) is app and name != "__main__":
+                return f"{name}:{attribute}"
+    return None
 
 
 @lockkit.command(name="check")

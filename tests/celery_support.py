@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,20 @@ class Worker:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
         self._out.close()
+
+
+@contextmanager
+def sms_held_open(base: str, order_id: int) -> Iterator[None]:
+    """Keep a run of ``sms(order_id)`` from ending (it waits after its sleep) until the block
+    is left, so callers that a loaded machine starts late still find it running. The hold
+    expires by itself after 120 s, should the test die inside."""
+    client = redis.Redis.from_url(f"{base}/3")
+    client.set(f"hold:sms:{order_id}", 1, ex=120)
+    try:
+        yield
+    finally:
+        client.delete(f"hold:sms:{order_id}")
+        client.close()
 
 
 def events(base: str, task: str | None = None) -> list[dict[str, Any]]:

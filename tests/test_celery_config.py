@@ -5,9 +5,12 @@ that does not use lockkit."""
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ from django.test import override_settings
 
 from lockkit_celery import TaskLocked, check_app, kit_for, locked_task
 from lockkit_celery.settings import resolve, store_config
-from lockkit_core import ConfigError
+from lockkit_core import ConfigError, LockKit
 from lockkit_core.testing import RedisServer
 
 HERE = Path(__file__).resolve().parent
@@ -116,6 +119,45 @@ def test_release_without_force_names_the_celery_command_for_the_same_store(
     assert refused.returncode != 0
     assert "celery -A celery_app lockkit release task:x:1 --force" in refused.stderr
     assert "'lockkit release" not in refused.stderr
+
+
+NAMELESS_APP = """
+from celery import Celery
+
+app = Celery(broker="memory://", set_as_current=False)
+app.conf.lockkit_url = "{url}"
+"""
+
+
+@pytest.mark.redis
+def test_the_release_hint_of_an_app_without_a_main_name_reaches_its_store(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # Celery 5.3 hands the command the app object, not the -A text: the hint names the
+    # module that holds the app, and running the hint frees the key on the app's own store.
+    (tmp_path / "nameless_app.py").write_text(NAMELESS_APP.format(url=redis_server.url))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(tmp_path), _path()))}
+    key = f"hint:{uuid.uuid4().hex[:8]}"
+    kit = LockKit(redis_server.url, namespace="celery")  # the app's kit's default namespace
+    held = kit.lock(key, ttl=60, auto_renew=False)
+    assert held.acquire(timeout=5)
+    try:
+
+        def celery(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "celery", *args], check=False,
+                                  cwd=tmp_path, env=env, capture_output=True, text=True,
+                                  timeout=60)  # fmt: skip
+
+        refused = celery("-A", "nameless_app", "lockkit", "release", key)
+        assert refused.returncode != 0
+        hint = re.search(r"Run 'celery (.*?)' if you mean it", refused.stderr)
+        assert hint is not None, refused.stderr
+        assert "<Celery" not in hint[1]
+        forced = celery(*shlex.split(hint[1]))
+        assert forced.returncode == 0, forced.stderr
+        assert kit.admin.info(key) is None
+    finally:
+        kit.close()
 
 
 @pytest.mark.redis

@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 import redis
-from celery_support import Worker, bare_chord_main, events, producer_main, wait_for
+from celery_support import (
+    Worker,
+    bare_chord_main,
+    events,
+    producer_main,
+    sms_held_open,
+    wait_for,
+)
 from otel_fixtures import Otel
 
 from lockkit_core.testing import RedisServer
@@ -67,13 +74,15 @@ def test_duplicate_enqueue_storm_runs_once_and_answers_one_task_id(
     procs = [ctx.Process(target=producer_main, args=(base, str(go), 50, str(out))) for out in outs]
     for p in procs:
         p.start()
-    # All four enqueue at once, however long a loaded machine takes to start them: while the
-    # first run (1.5 s) is still going, so one task id is the only right answer.
+    # All four enqueue while the first run is queued or running, however late a loaded
+    # machine schedules one of them (a first call that connects can take seconds): the run is
+    # held open until the last caller is done, so one task id is the only right answer.
     wait_for(lambda: all(Path(f"{out}.ready").exists() for out in outs), 60, "the producers")
-    go.touch()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    with sms_held_open(base, 7):
+        go.touch()
+        for p in procs:
+            p.join(60)
+            assert p.exitcode == 0
     ids = [line for out in outs for line in out.read_text().split()]
     assert len(ids) == 200
     assert len(set(ids)) == 1, f"callers got {len(set(ids))} different task ids"

@@ -150,13 +150,16 @@ def test_an_async_view_reads_user_and_session_in_the_request_thread() -> None:
     def opened(sender: object, connection: object, **_: object) -> None:
         opened_in.append(threading.current_thread().name)
 
+    # Logged in before the event loop runs, with the blocking API: AsyncClient.aforce_login
+    # and asession are Django 5.0's, and the test runs on Django 4.2 too.
+    client = AsyncClient()
+    client.force_login(user)
+    session = client.session
+    session["cart"] = "c7"
+    session.save()
+    connections.close_all()
+
     async def go() -> object:
-        client = AsyncClient()
-        await client.aforce_login(user)
-        session = await client.asession()
-        await session.aset("cart", "c7")
-        await session.asave()
-        connections.close_all()
         connection_created.connect(opened)
         try:
             return await client.post("/async-user/")
@@ -298,8 +301,13 @@ async def waiting_parks_no_thread() -> None:
     lock = get_kit().lock("slow:p", reentrant=False)
     await lock.aacquire()
     client = AsyncClient()
-    # One request first: whatever threads Django's sync middleware adapters use are started.
-    assert (await client.post("/async/warm/")).json() == {"held": True}
+    # A burst of as many requests first, on free keys: whatever threads Django uses for a
+    # burst are started before counting. Django 4.2's AsyncClient sends request_started
+    # through sync_to_async(thread_sensitive=False), so 20 requests at once grow the loop's
+    # default executor to its size (min(32, CPUs + 4)): threads that serve every request in
+    # turn, 5 for 20 waiting requests or 40, not one per request.
+    warm = [client.post(f"/async/warm{i}/") for i in range(20)]
+    assert [(await w).json() for w in asyncio.as_completed(warm)] == [{"held": True}] * 20
     before = threading.active_count()
     waiting = [asyncio.create_task(client.post("/async/p/")) for _ in range(20)]
     await asyncio.sleep(0.3)  # all twenty wait for the lock
@@ -308,6 +316,41 @@ async def waiting_parks_no_thread() -> None:
     answers = await asyncio.gather(*waiting)
     assert [answer.json() for answer in answers] == [{"held": True}] * 20
     assert during - before <= 1, f"{during - before} threads more while 20 requests waited"
+
+
+def test_an_async_view_under_an_asgi_server_parks_no_thread_for_a_url_key() -> None:
+    asyncio.run(asgi_waiters_park_no_thread())
+
+
+async def asgi_waiters_park_no_thread() -> None:
+    """Django's ASGI handler runs each request in its own asgiref ThreadSensitiveContext: the
+    first thread-sensitive call of a request starts a thread that lives until the response.
+    A key read from URL arguments needs no such call, so waiters take no thread. (The view is
+    called directly: Django's own MiddlewareMixin middleware would start one in any case.)"""
+    lock = get_kit().lock("slow:asgi", reentrant=False)
+    await lock.aacquire()
+
+    assert json.loads((await request_on("asgi-warm")).content)["held"]
+    before = threading.active_count()
+    waiting = [asyncio.create_task(request_on("asgi")) for _ in range(20)]
+    await asyncio.sleep(0.3)  # all twenty wait for the lock
+    during = threading.active_count()
+    await lock.arelease()
+    answers = await asyncio.gather(*waiting)
+    assert [json.loads(a.content) for a in answers] == [{"held": True}] * 20
+    assert during - before <= 1, f"{during - before} threads more while 20 requests waited"
+
+
+async def request_on(name: str) -> Any:
+    """One request to ``views.async_view`` as Django's ASGI handler makes it: in a context of
+    its own, the response closed (which frees the view's lock) before the context ends."""
+    from asgiref.sync import ThreadSensitiveContext
+    from django.test import RequestFactory
+
+    async with ThreadSensitiveContext():
+        response = await views.async_view(RequestFactory().post(f"/async/{name}/"), name=name)
+        response.close()
+        return response
 
 
 def test_a_mixin_without_a_key_is_a_config_error() -> None:

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from lockkit_core import LockKit
 from lockkit_core.backends.redlock.quorum import Tally, quorum
 from lockkit_core.cli import cli
-from lockkit_core.errors import BackendUnavailable, ConfigError
+from lockkit_core.errors import BackendUnavailable, ConfigError, LockLost
 from lockkit_core.testing.contract.workers import exclusion_worker, init_counter, read_counter
 from lockkit_core.testing.redlock import RedlockNodes
 
@@ -31,6 +31,7 @@ def _kit(nodes: RedlockNodes, **kwargs: Any) -> LockKit:
     return LockKit(nodes.url(f"node_timeout={NODE_TIMEOUT}"), **kwargs)
 
 
+@pytest.mark.fault("minority-down", "held")
 def test_one_node_down_locks_still_exclude(fault_nodes: RedlockNodes) -> None:
     fault_nodes.nodes[1].kill()
     a, b = _kit(fault_nodes), _kit(fault_nodes)
@@ -46,6 +47,7 @@ def test_one_node_down_locks_still_exclude(fault_nodes: RedlockNodes) -> None:
         b.close()
 
 
+@pytest.mark.fault("minority-down", "held")
 def test_one_node_down_excludes_across_processes(fault_nodes: RedlockNodes, tmp_path: Path) -> None:
     fault_nodes.nodes[0].kill()
     counter, marker = tmp_path / "counter", tmp_path / "inside"
@@ -72,6 +74,7 @@ def test_one_node_down_excludes_across_processes(fault_nodes: RedlockNodes, tmp_
     assert read_counter(counter)[0] == workers * rounds, "lost updates: two holders at once"
 
 
+@pytest.mark.fault("server-stopped", "refused")
 def test_two_nodes_down_fail_clearly_within_the_timeout(fault_nodes: RedlockNodes) -> None:
     kit = _kit(fault_nodes)
     try:
@@ -88,6 +91,7 @@ def test_two_nodes_down_fail_clearly_within_the_timeout(fault_nodes: RedlockNode
         kit.close()
 
 
+@pytest.mark.fault("minority-down", "held")
 def test_a_paused_node_costs_its_timeout_not_the_lock(fault_nodes: RedlockNodes) -> None:
     a, b = _kit(fault_nodes), _kit(fault_nodes)
     try:
@@ -126,6 +130,7 @@ def test_a_lost_attempt_is_given_back_on_the_node_that_granted(
         kit.close()
 
 
+@pytest.mark.fault("server-stopped", "refused")
 def test_extension_needs_a_majority(fault_nodes: RedlockNodes) -> None:
     kit = _kit(fault_nodes, auto_renew=False)
     try:
@@ -141,8 +146,10 @@ def test_extension_needs_a_majority(fault_nodes: RedlockNodes) -> None:
         kit.close()
 
 
+@pytest.mark.fault("server-restart", "lost-and-told")
 def test_a_minority_does_not_extend(fault_nodes: RedlockNodes) -> None:
-    """The lease survives on one node only (two restarted empty): extending answers no."""
+    """The lease survives on one node only (two restarted empty): extending answers no, and
+    the holder's extend() raises LockLost."""
     kit = _kit(fault_nodes, auto_renew=False)
     try:
         lock = kit.lock("order:5", ttl=5.0)
@@ -150,6 +157,9 @@ def test_a_minority_does_not_extend(fault_nodes: RedlockNodes) -> None:
         fault_nodes.nodes[0].restart()
         fault_nodes.nodes[1].restart()
         assert kit.backend.extend(lock.full_key, lock.owner, 5.0) is False
+        with pytest.raises(LockLost):  # and the holder is told
+            lock.extend()
+        assert lock.lost
     finally:
         kit.close()
 
@@ -191,6 +201,7 @@ def test_lockkit_backends_shows_redlock_honestly() -> None:
     assert {"ttl", "notify", "cross_host"} <= set(row["capabilities"])
 
 
+@pytest.mark.fault("slow-link", "refused")
 def test_a_majority_that_took_longer_than_the_ttl_is_not_a_lock(
     fault_nodes: RedlockNodes,
 ) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import django
+
 DATA_DIR = Path(os.environ.get("SHOP_DATA_DIR", Path(__file__).resolve().parent.parent))
 
 SECRET_KEY = os.environ.get("SHOP_SECRET_KEY", "django-shop-sample-only")
@@ -30,7 +32,12 @@ DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": DATA_DIR / "shop.sqlite3",
-        "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"},
+        # Workers write at once: wait for SQLite's lock rather than fail. transaction_mode
+        # is Django 5.1's; on Django 4.2 the timeout alone waits.
+        "OPTIONS": {
+            "timeout": 30,
+            **({"transaction_mode": "IMMEDIATE"} if django.VERSION >= (5, 1) else {}),
+        },
     }
 }
 
