@@ -117,6 +117,25 @@ async def _read(read: Callable[[], str | Outcome]) -> str | Outcome:
     return await sync_to_async(read, thread_sensitive=True)()
 
 
+async def _read_here(read: Callable[[], str | Outcome]) -> str | Outcome:
+    return read()
+
+
+#: The sources whose reading may query the database (a lazy user, a session store).
+_DATABASE_SOURCES = frozenset({"user", "session"})
+
+
+def _reader(rule: RequestRule) -> Callable[[Callable[[], str | Outcome]], Awaitable[str | Outcome]]:
+    """How an async request reads ``rule``'s key. Under an ASGI server the request's first
+    thread-sensitive call starts a thread of its own that lives until the response (asgiref's
+    ThreadSensitiveContext): a key of URL arguments, headers, query or body is read on the loop,
+    so a request waiting for its lock takes no thread; a callable key or the user or session
+    is read in the request's thread."""
+    if rule.key.func is not None or _DATABASE_SOURCES & set(rule.key.fields):
+        return _read
+    return _read_here
+
+
 def run_locked(
     rule: RequestRule,
     request: HttpRequest,
@@ -143,7 +162,7 @@ async def arun_locked(
     """:func:`run_locked` for async code."""
     guard = guard or lockkit_state().guard
     vals = _values(rule, request, url_kwargs)
-    return await arun(rule, guard, request, route, vals, call, _hooks(request), _read)
+    return await arun(rule, guard, request, route, vals, call, _hooks(request), _reader(rule))
 
 
 def _rule(key: str | KeyFunc, **options: Any) -> RequestRule:

@@ -318,6 +318,41 @@ async def waiting_parks_no_thread() -> None:
     assert during - before <= 1, f"{during - before} threads more while 20 requests waited"
 
 
+def test_an_async_view_under_an_asgi_server_parks_no_thread_for_a_url_key() -> None:
+    asyncio.run(asgi_waiters_park_no_thread())
+
+
+async def asgi_waiters_park_no_thread() -> None:
+    """Django's ASGI handler runs each request in its own asgiref ThreadSensitiveContext: the
+    first thread-sensitive call of a request starts a thread that lives until the response.
+    A key read from URL arguments needs no such call, so waiters take no thread. (The view is
+    called directly: Django's own MiddlewareMixin middleware would start one in any case.)"""
+    lock = get_kit().lock("slow:asgi", reentrant=False)
+    await lock.aacquire()
+
+    assert json.loads((await request_on("asgi-warm")).content)["held"]
+    before = threading.active_count()
+    waiting = [asyncio.create_task(request_on("asgi")) for _ in range(20)]
+    await asyncio.sleep(0.3)  # all twenty wait for the lock
+    during = threading.active_count()
+    await lock.arelease()
+    answers = await asyncio.gather(*waiting)
+    assert [json.loads(a.content) for a in answers] == [{"held": True}] * 20
+    assert during - before <= 1, f"{during - before} threads more while 20 requests waited"
+
+
+async def request_on(name: str) -> Any:
+    """One request to ``views.async_view`` as Django's ASGI handler makes it: in a context of
+    its own, the response closed (which frees the view's lock) before the context ends."""
+    from asgiref.sync import ThreadSensitiveContext
+    from django.test import RequestFactory
+
+    async with ThreadSensitiveContext():
+        response = await views.async_view(RequestFactory().post(f"/async/{name}/"), name=name)
+        response.close()
+        return response
+
+
 def test_a_mixin_without_a_key_is_a_config_error() -> None:
     from django.views import View
 

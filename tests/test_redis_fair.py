@@ -173,6 +173,39 @@ def test_a_killed_fair_waiter_does_not_hold_up_the_next_one(
             dead.close()
 
 
+@pytest.mark.parametrize("place", ["fair", ""])
+def test_a_killed_waiter_is_skipped_while_a_pattern_subscriber_listens(
+    redis_server: RedisServer, raw: redis.Redis, namespace: str, place: str
+) -> None:
+    # A monitoring client on PSUBSCRIBE lockkit:* receives every notice: PUBLISH counts it,
+    # so a count of receivers says nothing about the waiter's own process.
+    spy = raw.pubsub()
+    spy.psubscribe("lockkit:*")
+    with LockKit(redis_server.url, namespace=namespace, ttl=10) as kit:
+        holder = kit.lock("k", auto_renew=False)
+        assert holder.acquire()
+        dead = Holder(redis_server.url, namespace, "k", 10.0, True, place=place)
+        try:
+            if place:
+                _go(dead)
+            _wait_until(lambda: _queued(raw, namespace, "k") == 1, timeout=20)
+            time.sleep(0.05)  # past a fair=False head's first 10 ms: it is handed the lock
+            dead.signal(signal.SIGKILL)
+            dead.proc.wait(5)
+            live = _Thread(kit.lock("k", fair=bool(place), timeout=8))
+            _wait_until(lambda: _queued(raw, namespace, "k") == 2)
+            holder.release()
+            released = time.monotonic()
+            live.join(10)
+            assert live.result is True, f"the live waiter got {live.result!r}"
+            assert live.at is not None and live.at - released < 1.0, (
+                f"handed over {live.at - released:.3f} s after the release"
+            )
+        finally:
+            dead.close()
+            spy.close()
+
+
 def test_hand_overs_between_tasks_of_one_process_cost_one_round_trip_each(
     redis_server: RedisServer, namespace: str, kits: tuple[LockKit, LockKit]
 ) -> None:

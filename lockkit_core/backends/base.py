@@ -288,8 +288,8 @@ class Backend(SharedOps, ABC):
         event loop; :class:`NotSupported` on a store that has none."""
         raise NotSupported(
             f"the {self.url.scheme}:// backend has no asyncio API yet (aacquire, async with); "
-            "use memory://, file://, redis://, zookeeper://, etcd://, postgresql:// or "
-            "sqlite://, or the blocking API outside the event loop"
+            "use memory://, file://, redis://, zookeeper://, etcd://, postgresql://, "
+            "mysql:// or sqlite://, or the blocking API outside the event loop"
         )
 
     def queue_first(self) -> bool:

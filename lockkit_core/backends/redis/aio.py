@@ -22,6 +22,7 @@ from ..aio import AsyncOps, AsyncWaiter, LoopEvent
 from ..base import Grant
 from .aio_wire import AsyncConnections
 from .clients import ASYNC_MAX_CONNECTIONS
+from .leaver import ABANDONED_FOR
 from .scripts import SCRIPT_LOAD
 from .waiter import READY_WITHIN, Confirm, RedisWaiter
 from .wire import Packer
@@ -30,10 +31,6 @@ if TYPE_CHECKING:
     from .backend import RedisBackend
 
 __all__ = ["RedisOps"]
-
-#: how long (seconds, plus two ttls) an attempt that failed in an outage is given back for
-#: (the blocking path's ABANDONED_FOR)
-ABANDONED_FOR = 60.0
 
 
 class RedisOps(AsyncOps):

@@ -64,8 +64,9 @@
 --   serves the queue in order first (a non-blocking caller cannot jump it);
 -- - a waiter is handed the lock after it gave up: its leave passes the lock on (and its
 --   process's listener does so when it left without a round trip);
--- - a waiter dies, or its listener is down, while queued: PUBLISH reaches nobody (or, for an
---   '=' waiter, its channel has no subscriber), so the next waiter is served in the same call;
+-- - a waiter dies, or its listener is down, while queued: its channel has no subscriber
+--   (PUBSUB NUMSUB, which pattern subscribers do not fool), so the next waiter is served in
+--   the same call;
 -- - the server restarts empty or its clock steps back: see next_token; a clock step cannot
 --   make barging unbounded either (see may_barge).
 -- - a redelivered copy of a task asks to start a run while the first copy starts it: the batch
@@ -140,14 +141,27 @@ local function next_token(F, floor)
   return token
 end
 
--- Tell a waiting process on its channel; the number of its subscribers that heard. A channel in
--- the lock's hash slot ('lockkit:{...', Redis Cluster) is a shard channel: SPUBLISH reaches
--- the node serving the slot only, where PUBLISH would flood every node of the cluster bus.
+-- Whether a process listens on `channel`, asked without telling it anything. Its process
+-- subscribes before its waiters queue, and its connection closes when it dies. (PUBLISH's
+-- count of receivers is no answer: it counts pattern subscribers too, and one PSUBSCRIBE
+-- lockkit:* of a monitoring tool would make every dead waiter look alive.) A channel in the
+-- lock's hash slot ('lockkit:{...', Redis Cluster) is a shard channel.
+local function listening(channel)
+  local how = string.sub(channel, 1, 9) == 'lockkit:{' and 'shardnumsub' or 'numsub'
+  return tonumber(redis.call('pubsub', how, channel)[2]) > 0
+end
+
+-- Tell a waiting process on its channel, if it listens there; whether it does. On a shard
+-- channel, SPUBLISH reaches the node serving the slot only, where PUBLISH would flood every
+-- node of the cluster bus.
 local function notify(channel, message)
+  if not listening(channel) then return false end
   if string.sub(channel, 1, 9) == 'lockkit:{' then
-    return redis.call('spublish', channel, message)
+    redis.call('spublish', channel, message)
+  else
+    redis.call('publish', channel, message)
   end
-  return redis.call('publish', channel, message)
+  return true
 end
 
 -- A queue entry's fields: expiry ms, lease ms, channel, fair (a boolean), holder, and whether
@@ -160,15 +174,6 @@ local function parse(entry)
   return expires, lease, channel, mark ~= '~', holder, mark == '='
 end
 
--- Whether a process listens on `channel`, asked without telling it anything: a waiter that
--- reads its grant from its list needs no wake-up, and a notice would cost its process a
--- thread switch per hand-over. Its process subscribes before the waiter queues, and its
--- connection closes when it dies.
-local function listening(channel)
-  local how = string.sub(channel, 1, 9) == 'lockkit:{' and 'shardnumsub' or 'numsub'
-  return tonumber(redis.call('pubsub', how, channel)[2]) > 0
-end
-
 -- The queue has a new head, or none: its time as the head starts now, nobody has passed it
 -- yet, and 'h' names it (with its channel) if it may be passed over at all.
 local function new_head(Q, E)
@@ -178,12 +183,13 @@ local function new_head(Q, E)
     return
   end
   local _, _, channel, fair = parse(redis.call('hget', E, head))
-  redis.call('hset', E, 't', string.format('%.0f', now_ms()), 'n', '0')
-  redis.call('hdel', E, 'w')
   if channel and not fair then
-    redis.call('hset', E, 'h', head .. '|' .. channel)
+    redis.call('hset', E, 't', string.format('%.0f', now_ms()), 'n', '0',
+      'h', head .. '|' .. channel)
+    redis.call('hdel', E, 'w')
   else
-    redis.call('hdel', E, 'h')
+    redis.call('hset', E, 't', string.format('%.0f', now_ms()), 'n', '0')
+    redis.call('hdel', E, 'w', 'h')
   end
 end
 
@@ -196,10 +202,18 @@ local function drop(Q, E, id)
   if was_head then new_head(Q, E) end
 end
 
--- Give the free lock to the oldest waiter that is still there. A notice that nobody received
--- (PUBLISH counts 0: the waiter's process died or its listener is down) means nobody would take
--- the lock up: the next waiter is served at once instead of the key idling for a lease. A
--- waiter that is alive but was skipped finds out on its next attempt and queues again.
+-- Take the queue's head out of it (what drop does, for a caller that knows it is the head).
+local function drop_head(Q, E, head)
+  redis.call('zrem', Q, head)
+  redis.call('hdel', E, head)
+  new_head(Q, E)
+end
+
+-- Give the free lock to the oldest waiter that is still there. A waiter whose process does not
+-- listen (it died, or its listener is down) would not take the lock up: the next waiter is
+-- served at once instead of the key idling for a lease. A waiter that is alive but was skipped
+-- finds out on its next attempt and queues again. A waiter that reads its grant from its list
+-- (mark '=') is not told: a notice would cost its process a thread switch per hand-over.
 -- Returns the id and token of the waiter served, or nil; `me` (the caller) gets no notice,
 -- nor does a waiter of the caller's own process (channel `here`): the third value, true,
 -- says the caller's reply carries the grant to it.
@@ -208,7 +222,7 @@ local function hand_over(F, Q, E, floor, me, here)
     local head = redis.call('zrange', Q, 0, 0)[1]
     if not head then return nil end
     local expires, lease, channel, _, holder, reads = parse(redis.call('hget', E, head))
-    drop(Q, E, head)
+    drop_head(Q, E, head)
     if expires and tonumber(expires) > now_ms() then
       local token = next_token(F, floor)
       redis.call('set', L, head .. '|' .. token .. '|' .. started() .. '|' .. holder, 'px', lease)
@@ -224,7 +238,7 @@ local function hand_over(F, Q, E, floor, me, here)
         end
       elseif ours then
         return head, token, true
-      elseif notify(channel, head .. '|' .. token) > 0 then
+      elseif notify(channel, head .. '|' .. token) then
         return head, token
       end
       redis.call('del', L)
@@ -267,7 +281,7 @@ local function free(F, Q, E, floor, record, here)
     if told == head then
       if last ~= by then redis.call('hset', E, 'l', by) end
       return
-    elseif notify(channel, head .. '|@' .. PAUSE_MS) > 0 then
+    elseif notify(channel, head .. '|@' .. PAUSE_MS) then
       redis.call('hset', E, 'w', head, 'l', by)
       return
     end
@@ -293,9 +307,13 @@ local function operate(op, K, A)
         first = not last
       end
       local keep = math.max(pttl, 0) + 2 * tonumber(lease) + GRACE_MS
-      redis.call('hset', E, id, string.format('%.0f', now_ms() + keep) .. '|' .. lease .. '|'
-        .. channel .. '|' .. (reads and '=' or fair and '' or '~') .. holder)
-      if fair then redis.call('hset', E, 's', '1') end
+      local entry = string.format('%.0f', now_ms() + keep) .. '|' .. lease .. '|' .. channel
+        .. '|' .. (reads and '=' or fair and '' or '~') .. holder
+      if fair then
+        redis.call('hset', E, id, entry, 's', '1')
+      else
+        redis.call('hset', E, id, entry)
+      end
       if first then new_head(Q, E) end
       for _, k in ipairs({Q, E}) do
         if redis.call('pttl', k) < keep then redis.call('pexpire', k, keep) end
