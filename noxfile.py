@@ -8,7 +8,7 @@ one, with pytest arguments after ``--``.
   along: the test fixtures of the PostgreSQL alias need them).
 - ``oldest``: the adapter suites (Django, Flask, Celery) on Python 3.10 with the oldest versions
   the package declares: Django 4.2 LTS (without django.tasks, which needs 5.2), Flask 3.0,
-  Celery 5.3, redis-py 5.0, kazoo 2.10.
+  Celery 5.3, redis-py 5.0, kazoo 2.10, OpenTelemetry 1.30.
 - ``newest``: the adapter suites on Python 3.13 with the newest releases (Django 6 with its
   built-in ``django.tasks``), resolved now rather than pinned, so a new release shows up here.
 - ``django52``: lockkit_django on Django 5.2 LTS (Python 3.12).
@@ -46,6 +46,9 @@ OLDEST = [
     "kazoo==2.10.*",
     "psycopg[binary]==3.3.*",
     "PyMySQL==1.1.*",
+    # the otel extra's floor (older APIs refuse the histograms' bucket advisory)
+    "opentelemetry-api==1.30.*",
+    "opentelemetry-sdk==1.30.*",
 ]
 
 
@@ -141,7 +144,8 @@ def _globbed(patterns: list[str]) -> list[str]:
 _VERSIONS = """
 import sys
 from importlib import metadata
-names = ["Django", "django-tasks", "Flask", "celery", "redis", "kazoo", "psycopg"]
+names = ["Django", "django-tasks", "Flask", "celery", "redis", "kazoo", "psycopg",
+         "opentelemetry-sdk"]
 found = []
 for name in names:
     try:

@@ -6,8 +6,10 @@ duplicates). By default in Celery's eager mode, so a task costs its enqueue-time
 run-time lock work and nothing else: no broker round trip or worker scheduling hides or pads
 it (eager mode goes through the same lock code as a worker). With ``--worker``, end to end:
 the tasks are published to a Redis broker and run by one real worker (``--pool=solo``); a
-round is the time from the first publish until the worker has run them all. Prints
-microseconds per task (median of the rounds) and the overhead over the plain task.
+round is the time from the first publish until the worker has run them all, and the CPU time
+the producer, the worker and redis-server ran meanwhile (steadier than the wall clock on a
+loaded machine); the contenders take turns in rotating order, all pinned (``--pinning``).
+Prints microseconds per task (median of the rounds) and the overhead over the plain task.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -99,13 +102,33 @@ def _count(server: RedisServer) -> None:
             print(f"    {line[:160]}")
 
 
-def _worker_rounds(base: str, tasks: int, rounds: int) -> dict[str, float | None]:
+@dataclass
+class WorkerRun:
+    """Per contender and round: microseconds per task, wall clock and CPU (producer + worker
+    + redis-server: everything the tasks made run)."""
+
+    wall: dict[str, list[float]]
+    cpu: dict[str, list[float]]
+    note: str
+    #: the CPU part by part: "producer", "worker", "redis-server"
+    parts: dict[str, dict[str, list[float]]]
+
+
+def _worker_rounds(server: RedisServer, tasks: int, rounds: int, pinning: str) -> WorkerRun:
+    from .machine import choose_pinnings, cpu_ns, pin_all_threads, pin_self
+
+    base = server.url.rsplit("/", 1)[0]
     os.environ["BENCH_REDIS"] = base
     here = Path(__file__).resolve().parent
     sys.path.insert(0, str(here))
     import celery_worker_app as bench
     import redis
 
+    (pin,) = choose_pinnings((pinning,))
+    assert server.pid is not None
+    pin_all_threads(server.pid, pin.server_cpu)
+    allowed = os.sched_getaffinity(0)
+    pin_self(pin.client_cpu)  # the worker started below inherits it
     env = {**os.environ, "PYTHONPATH": str(here)}
     log = Path(tempfile.gettempdir()) / "lockkit-bench-celery-worker.log"
     with log.open("wb") as out:
@@ -116,12 +139,18 @@ def _worker_rounds(base: str, tasks: int, rounds: int) -> dict[str, float | None
             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     counts = redis.Redis.from_url(f"{base}/3")
+    names = list(bench.TASKS)
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    parts = {part: {name: [] for name in names} for part in _PARTS}
     try:
-        times: dict[str, list[float]] = {name: [] for name in bench.TASKS}
         for i in range(rounds + 1):  # the first round warms the worker up
-            for name, task in bench.TASKS.items():
+            shift = i % len(names)
+            for name in names[shift:] + names[:shift]:  # rotate which goes first
+                task = bench.TASKS[name]
                 counter = f"done:{task.name.split('.')[1]}"
                 counts.delete(counter)
+                used = (time.process_time_ns(), cpu_ns(worker.pid), cpu_ns(server.pid))
                 began = time.perf_counter()
                 for n in range(tasks):
                     task.delay(i * 10**6 + n)
@@ -129,15 +158,60 @@ def _worker_rounds(base: str, tasks: int, rounds: int) -> dict[str, float | None
                     if worker.poll() is not None:
                         raise RuntimeError("the benchmark worker died; see " + str(log))
                     time.sleep(0.002)
+                took = time.perf_counter() - began
+                now = (time.process_time_ns(), cpu_ns(worker.pid), cpu_ns(server.pid))
                 if i:
-                    times[name].append((time.perf_counter() - began) / tasks)
+                    wall[name].append(took / tasks * 1e6)
+                    each = [(b - a) / tasks / 1000.0 for a, b in zip(used, now, strict=True)]
+                    cpu[name].append(sum(each))
+                    for part, value in zip(_PARTS, each, strict=True):
+                        parts[part][name].append(value)
     finally:
         os.killpg(worker.pid, signal.SIGTERM)
         worker.wait(30)
         counts.close()
-    names = ["plain task", "lockkit LockedTask", "celery-once QueueOnce",
-             "celery-singleton Singleton"]  # fmt: skip
-    return {n: statistics.median(times[n]) if n in times else None for n in names}
+        os.sched_setaffinity(0, allowed)
+    return WorkerRun(wall, cpu, pin.note, parts)
+
+
+_PARTS = ("producer", "worker", "redis-server")
+
+
+def _print_worker(run: WorkerRun, tasks: int) -> None:
+    """Medians over the rounds; an overhead is the median of each round's difference from
+    the plain task in the same round (a burst of load elsewhere hits both)."""
+    print(
+        f"Through a real worker (--pool=solo, Redis broker), {tasks} tasks x "
+        f"{len(run.wall['plain task'])} rounds, rotating order; {run.note}; microseconds per task"
+    )
+    print(
+        f"{'contender':<28} {'wall':>8} {'+wall':>8} {'cpu':>8} {'+cpu':>8}   +cpu: "
+        + ", ".join(_PARTS)
+    )
+    added: dict[str, tuple[float, float]] = {}
+
+    def plus(series: dict[str, list[float]], name: str) -> float:
+        return statistics.median(
+            a - b for a, b in zip(series[name], series["plain task"], strict=True)
+        )
+
+    for name in run.wall:
+        added[name] = plus(run.wall, name), plus(run.cpu, name)
+        by_part = " ".join(f"{plus(run.parts[part], name):6.0f}" for part in _PARTS)
+        print(
+            f"{name:<28} {statistics.median(run.wall[name]):8.0f} {added[name][0]:8.0f} "
+            f"{statistics.median(run.cpu[name]):8.0f} {added[name][1]:8.0f}   {by_part}"
+        )
+    ours, once = added.get("lockkit LockedTask"), added.get("celery-once QueueOnce")
+    if ours and once and once[0] > 0 and once[1] > 0:
+        print(
+            f"lockkit's overhead over celery-once's: {ours[0] / once[0]:.2f}x wall, "
+            f"{ours[1] / once[1]:.2f}x CPU (budget {ONCE_BUDGET}x)"
+        )
+
+
+#: lockkit's per-task overhead through a real worker may be this many times celery-once's
+ONCE_BUDGET = 1.6
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -147,14 +221,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=9, help="rounds (9; the median is shown)")
     parser.add_argument("--worker", action="store_true", help="end to end through a worker")
     parser.add_argument("--count", action="store_true", help="list the store commands per task")
+    parser.add_argument(
+        "--pinning", choices=["same", "split"], default="same",
+        help="--worker: redis-server, this process and the worker on one CPU (same), or the "
+        "server on one and the clients on another (split)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     with RedisServer() as server:
         if args.count:
             _count(server)
             return
         if args.worker:
-            results = _worker_rounds(server.url.rsplit("/", 1)[0], args.tasks, args.rounds)
-            _print(results)
+            _print_worker(_worker_rounds(server, args.tasks, args.rounds, args.pinning), args.tasks)
             return
         contenders = _contenders(server.url)
         live = {name: task for name, task in contenders.items() if task is not None}

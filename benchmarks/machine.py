@@ -12,6 +12,7 @@ run is pinned, and the Redis family runs under two pinnings:
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import platform
@@ -27,8 +28,10 @@ T = TypeVar("T")
 
 __all__ = [
     "PINNING_NAMES",
+    "CpuClock",
     "Pinning",
     "choose_pinnings",
+    "cpu_ns",
     "library_versions",
     "load_average",
     "machine_facts",
@@ -119,6 +122,30 @@ def pin_all_threads(pid: int, cpu: int | None) -> None:
         return
     for tid in os.listdir(f"/proc/{pid}/task"):
         os.sched_setaffinity(int(tid), {cpu})
+
+
+def cpu_ns(pid: int) -> int:
+    """CPU time every thread of ``pid`` has run, in nanoseconds (``/proc/PID/task/*/schedstat``:
+    what it ran, not what it waited for a CPU on a loaded machine)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        # (a thread may end between the listing and the read)
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/schedstat") as stat:
+            total += int(stat.read().split()[0])
+    return total
+
+
+class CpuClock:
+    """CPU nanoseconds run by this process and (if given) a server process: read before and
+    after a batch, the difference is what the batch cost in CPU, whatever else ran."""
+
+    def __init__(self, server_pid: int | None = None) -> None:
+        self.server_pid = server_pid
+
+    def read(self) -> int:
+        """This process's CPU time plus the server's."""
+        server = cpu_ns(self.server_pid) if self.server_pid is not None else 0
+        return time.process_time_ns() + server
 
 
 def _cpu_model() -> str:

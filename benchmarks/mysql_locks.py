@@ -11,10 +11,9 @@ already), overlaps, and statements per grant (the server's ``Questions`` counter
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
-import multiprocessing
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,11 +21,9 @@ from typing import Any
 from lockkit_core.testing.mariadb import MariaDBServer
 
 from . import report
-from .machine import spin
+from .handoffs import Cycle, contend
 from .report import Column
-from .stats import Section, percentile, section_stats
 
-_SPAWN = multiprocessing.get_context("spawn")
 VARIANTS = ("waiting room (GET_LOCK queue)", "backoff only")
 
 
@@ -40,38 +37,24 @@ class Settings:
 QUICK = Settings(processes=4, seconds=1.0)
 
 
-def _child(variant: str, url: str, settings: Settings, barrier: Any, results: Any) -> None:
-    import os
-
+def _handle(variant: str, url: str) -> tuple[Cycle, Cycle]:
+    """One process's acquire and release of ``mysql://``, waiting as ``variant`` says."""
     from lockkit_core import LockKit
     from lockkit_core.backends.base import SleepWaiter, Waiter
 
-    try:
-        kit = LockKit(url, ttl=10.0)
-        if variant == "backoff only":
+    kit = LockKit(url, ttl=10.0)
+    if variant == "backoff only":
 
-            def backoff(key: str, owner: str, fair: bool) -> Waiter:
-                return SleepWaiter()
+        def backoff(key: str, owner: str, fair: bool) -> Waiter:
+            return SleepWaiter()
 
-            kit.backend.waiter = backoff  # type: ignore[method-assign]
-        lock = kit.lock("bench:c")
+        kit.backend.waiter = backoff  # type: ignore[method-assign]
+    lock = kit.lock("bench:c")
+
+    def acquire() -> None:
         lock.acquire()
-        lock.release()
-        barrier.wait(60)
-        start = time.monotonic()
-        sections: list[Section] = []
-        while (asked := time.monotonic()) < start + settings.seconds:
-            lock.acquire()
-            got = time.monotonic()
-            spin(settings.hold)
-            done = time.monotonic()
-            lock.release()
-            sections.append((asked, got, done, os.getpid()))
-        kit.close()
-        results.put((start, sections, None))
-    except BaseException as exc:
-        barrier.abort()
-        results.put((0.0, [], f"{type(exc).__name__}: {exc}"))
+
+    return acquire, lock.release
 
 
 def _questions(server: MariaDBServer) -> int:
@@ -87,41 +70,16 @@ def _questions(server: MariaDBServer) -> int:
 
 
 def contention(variant: str, server: MariaDBServer, settings: Settings) -> dict[str, Any]:
-    before = _questions(server)
-    barrier = _SPAWN.Barrier(settings.processes)
-    results = _SPAWN.Queue()
-    workers = [
-        _SPAWN.Process(
-            target=_child, args=(variant, server.url, settings, barrier, results), daemon=True
-        )
-        for _ in range(settings.processes)
-    ]
-    for worker in workers:
-        worker.start()
-    got = [results.get(timeout=120) for _ in workers]
-    for worker in workers:
-        worker.join(30)
-    errors = [error for _, _, error in got if error]
-    if errors:
-        return {"library": variant, "error": errors[0]}
-    statements = _questions(server) - before - 1
-    sections = [s for _, found, _ in got for s in found]
-    start = min(start for start, _, _ in got)
-    stats = section_stats([(sections, start)], settings.seconds, settings.processes)
-    ordered = sorted(sections, key=lambda s: s[1])
-    handoffs = sorted(
-        (b[1] - a[2]) * 1e3 for a, b in itertools.pairwise(ordered) if a[3] != b[3] and b[0] < a[2]
+    readings = itertools.count()  # each reading is a statement too: leave the earlier ones out
+    return contend(
+        variant,
+        functools.partial(_handle, variant),
+        server.url,
+        processes=settings.processes,
+        seconds=settings.seconds,
+        hold=settings.hold,
+        statements=lambda: _questions(server) - next(readings),
     )
-    return {
-        "library": variant,
-        "grants": stats.sections,
-        "per_second": stats.per_second,
-        "handoff_p50_ms": percentile(handoffs, 50),
-        "handoff_p99_ms": percentile(handoffs, 99),
-        "overlaps": stats.overlaps,
-        # set-up, warm-up and connection statements of each process included
-        "statements_per_grant": statements / max(1, stats.sections),
-    }
 
 
 COLUMNS = (

@@ -1,10 +1,12 @@
 """``python -m benchmarks.postgres_locks [--quick]`` (or ``scripts/bench-postgres``):
 ``postgresql://`` against a bare ``pg_advisory_lock`` on one real PostgreSQL started for the run.
 
-1. uncontended acquire+release of one key in one process: latency and round trips per cycle
-   (counted from libpq's protocol trace: one ReadyForQuery per round trip), for a bare
-   ``pg_advisory_lock`` + ``pg_advisory_unlock`` on one connection, lockkit's backend calls,
-   and a ``kit.lock()`` handle;
+1. uncontended acquire+release of one key in one process, the server and the client pinned
+   to one CPU: latency and round trips per cycle (counted from libpq's protocol trace on one
+   more cycle: one ReadyForQuery per round trip), for a bare ``pg_advisory_lock`` +
+   ``pg_advisory_unlock`` on one connection, django-pglock's ``advisory()``, lockkit's backend
+   calls, a ``kit.lock()`` handle and ``?mode=advisory``; then each lease-table statement
+   alone and variants of it (no NOTIFY, no ordering lock) against a ``SELECT 1`` round trip;
 2. ``processes`` processes contending for one key: hand-off latency (release to the next
    holder's return from acquire, counted when that holder was already waiting), overlaps, and
    statements per grant (the server's own transaction count for the database: every
@@ -18,10 +20,8 @@ release that the advisory lock (which writes nothing) does not pay.
 from __future__ import annotations
 
 import argparse
-import itertools
-import multiprocessing
+import os
 import secrets
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -33,12 +33,11 @@ import psycopg
 from lockkit_core.testing import PostgresServer
 
 from . import report
-from .machine import spin
-from .pg_trace import traced, traced_connection
+from .handoffs import Cycle, contend
+from .machine import load_average, pin_all_threads, pin_self
+from .probes import Probe, measure, whole
 from .report import Column
-from .stats import Section, percentile, section_stats
 
-_SPAWN = multiprocessing.get_context("spawn")
 DB = "bench"
 TTL = 10.0
 
@@ -61,50 +60,62 @@ def _connect(url: str) -> psycopg.Connection[Any]:
 
 # -- 1. uncontended ------------------------------------------------------------------------------
 
-Cycle = Callable[[], None]
+
+def _pool_connection(backend: Any) -> Any:
+    """The one connection the backend's pool hands out (the bench calls from one thread)."""
+    pool = backend._pool
+    conn, _ = pool.take("bench")
+    pool.give(conn)
+    return conn
 
 
-def _time(cycle: Cycle, cycles: int, warmup: int) -> list[float]:
-    for _ in range(warmup):
-        cycle()
-    samples = []
-    for _ in range(cycles):
-        started = time.perf_counter()
-        cycle()
-        samples.append(time.perf_counter() - started)
-    return sorted(s * 1e6 for s in samples)
+def _pglock_cycle(url: str) -> tuple[Cycle, Any]:
+    """django-pglock's ``advisory`` context manager on Django's own connection to ``url``."""
+    import django
+    from django.conf import settings as django_settings
+    from django.db import connections
+    from psycopg.conninfo import conninfo_to_dict
+
+    info = conninfo_to_dict(url)
+    if not django_settings.configured:
+        django_settings.configure(
+            DATABASES={
+                "default": {
+                    "ENGINE": "django.db.backends.postgresql",
+                    "HOST": info["host"],
+                    "PORT": info["port"],
+                    "USER": info["user"],
+                    "NAME": info["dbname"],
+                }
+            },
+            USE_TZ=True,
+        )
+        django.setup()
+    import pglock
+
+    connection = connections["default"]
+    connection.ensure_connection()
+
+    def cycle() -> None:
+        with pglock.advisory("bench:pglock"):
+            pass
+
+    return cycle, connection.connection
 
 
-def _row(name: str, micros: list[float], trips: float) -> dict[str, Any]:
-    return {
-        "library": name,
-        "mean_us": statistics.fmean(micros),
-        "p50_us": percentile(micros, 50),
-        "p99_us": percentile(micros, 99),
-        "round_trips": trips,
-    }
-
-
-def uncontended(url: str, settings: Settings) -> list[dict[str, Any]]:
+def uncontended(url: str, settings: Settings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The whole cycles (ratios to the bare advisory cycle), and each lease-table statement
+    alone with variants of it (ratios to a ``SELECT 1`` round trip), measured in turns."""
     from lockkit_core import LockKit
     from lockkit_core.backends.sql import PostgresBackend
 
-    rows = []
     conn = _connect(url)
 
     def advisory() -> None:
         conn.execute("SELECT pg_advisory_lock(42)")
         conn.execute("SELECT pg_advisory_unlock(42)")
 
-    with traced_connection(conn) as trips:
-        micros = _time(advisory, settings.cycles, settings.warmup)
-        before = trips.count()
-        advisory()
-        rows.append(
-            _row("pg_advisory_lock + unlock (one connection)", micros, trips.count() - before)
-        )
-    conn.close()
-
+    pglock_cycle, pglock_conn = _pglock_cycle(url)
     kit = LockKit(url, ttl=TTL)
     backend = kit.backend
     assert isinstance(backend, PostgresBackend)
@@ -120,35 +131,93 @@ def uncontended(url: str, settings: Settings) -> list[dict[str, Any]]:
         lock.acquire()
         lock.release()
 
-    for name, cycle in (
-        ("lockkit postgresql:// backend calls", bare),
-        ("lockkit postgresql:// kit.lock()", handle),
-    ):
-        with traced(backend) as trips:
-            micros = _time(cycle, settings.cycles, settings.warmup)
-            before = trips.count()
-            cycle()
-            rows.append(_row(name, micros, trips.count() - before))
-    kit.close()
-
+    bare()  # the pool holds one connection from here on
     advisory_kit = LockKit(url + "?mode=advisory")
     advisory_lock = advisory_kit.lock("bench:a")
-    advisory_lock.acquire()  # its one-time pooler check, before the traced connection is set
-    advisory_lock.release()
 
     def advisory_handle() -> None:
         advisory_lock.acquire()
         advisory_lock.release()
 
-    with traced(advisory_kit.backend) as trips:  # type: ignore[arg-type]
-        micros = _time(advisory_handle, settings.cycles, settings.warmup)
-        before = trips.count()
-        advisory_handle()
-        rows.append(
-            _row("lockkit postgresql://?mode=advisory kit.lock()", micros, trips.count() - before)
-        )
+    advisory_handle()  # its one-time pooler check, and the pool's one connection
+    probes = [
+        Probe("pg_advisory_lock + unlock (one connection)", whole(advisory), conn),
+        Probe("django-pglock advisory()", whole(pglock_cycle), pglock_conn),
+        Probe("lockkit postgresql:// backend calls", whole(bare), _pool_connection(backend)),
+        Probe("lockkit postgresql:// kit.lock()", whole(handle), _pool_connection(backend)),
+        Probe(
+            "lockkit postgresql://?mode=advisory kit.lock()",
+            whole(advisory_handle),
+            _pool_connection(advisory_kit.backend),
+        ),
+    ]
+    parts = _statement_probes(url, backend)
+    rows = measure(probes + parts, settings.cycles, settings.warmup)
+    kit.close()
     advisory_kit.close()
-    return report.with_ratio(rows, rows[0]["library"], "p50_us", "vs_advisory")
+    conn.close()
+    cycles, statements = rows[: len(probes)], rows[len(probes) :]
+    return (
+        report.with_ratio(cycles, cycles[0]["library"], "p50_us", "vs_advisory"),
+        report.with_ratio(statements, statements[0]["library"], "p50_us", "vs_advisory"),
+    )
+
+
+def _statement_probes(url: str, backend: Any) -> list[Probe]:
+    """Where the lease table's cycle goes: its two statements, and variants of them (without
+    the NOTIFY of a release, without the lock that orders fence draws), each prepared on one
+    connection of its own, against the floor of a prepared ``SELECT 1`` round trip."""
+    owner = secrets.token_hex(16)
+    acquire_sql, acquire_params = backend.acquire_statement("bench:b", owner, TTL)
+    release_sql, release_params = backend.release_statement("bench:b", owner)
+    t = backend.table
+    quiet_release = release_sql.replace("pg_notify(%(channel)s, '')", "NULL")
+    unordered_acquire = acquire_sql.replace(
+        f"(SELECT nextval('{t}_fence') FROM "
+        "(SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))) AS ordered)",
+        f"nextval('{t}_fence')",
+    )
+    assert quiet_release != release_sql and unordered_acquire != acquire_sql
+    conn = _connect(url)
+    conn.prepare_threshold = 0
+
+    def run(sql: str, params: Any) -> None:
+        conn.execute(sql, params).fetchall()
+
+    def statement(sql: str, params: Any) -> Callable[[], float]:
+        return whole(lambda: run(sql, params))
+
+    def advisory_lock() -> float:  # then unlocked (untimed): 42 is the cycles' key
+        took = whole(lambda: run("SELECT pg_advisory_lock(43)", None))()
+        run("SELECT pg_advisory_unlock(43)", None)
+        return took
+
+    def acquire(sql: str) -> Callable[[], float]:
+        def timed() -> float:  # then released (untimed), so that every acquire takes the key
+            took = whole(lambda: run(sql, acquire_params))()
+            run(quiet_release, release_params)
+            return took
+
+        return timed
+
+    def release(sql: str) -> Callable[[], float]:
+        def timed() -> float:  # acquired first (untimed), so that every release frees the key
+            run(acquire_sql, acquire_params)
+            return whole(lambda: run(sql, release_params))()
+
+        return timed
+
+    run(acquire_sql, acquire_params)
+    run(release_sql, release_params)
+    conn.execute("SELECT pg_advisory_unlock_all()")
+    return [
+        Probe("SELECT 1 (one round trip)", statement("SELECT 1", None), conn),
+        Probe("SELECT pg_advisory_lock(43)", advisory_lock, conn),
+        Probe("acquire (lease table)", acquire(acquire_sql), conn),
+        Probe("acquire without the ordering xact lock", acquire(unordered_acquire), conn),
+        Probe("release (lease table, with NOTIFY)", release(release_sql), conn),
+        Probe("release without pg_notify", release(quiet_release), conn),
+    ]
 
 
 # -- 2. contention -------------------------------------------------------------------------------
@@ -183,29 +252,6 @@ HANDLES: dict[str, Callable[[str], tuple[Cycle, Cycle]]] = {
 }
 
 
-def _child(name: str, url: str, settings: Settings, barrier: Any, results: Any) -> None:
-    import os
-
-    try:
-        acquire, release = HANDLES[name](url)
-        acquire()
-        release()
-        barrier.wait(60)
-        start = time.monotonic()
-        sections: list[Section] = []
-        while (asked := time.monotonic()) < start + settings.seconds:
-            acquire()
-            got = time.monotonic()
-            spin(settings.hold)
-            done = time.monotonic()
-            release()
-            sections.append((asked, got, done, os.getpid()))
-        results.put((start, sections, None))
-    except BaseException as exc:
-        barrier.abort()
-        results.put((0.0, [], f"{type(exc).__name__}: {exc}"))
-
-
 def _transactions(server: PostgresServer) -> int:
     with _connect(server.url) as admin:
         admin.execute("SELECT pg_stat_clear_snapshot()")
@@ -229,39 +275,15 @@ def _settled_transactions(server: PostgresServer) -> int:
 
 
 def contention(name: str, server: PostgresServer, url: str, settings: Settings) -> dict[str, Any]:
-    before = _settled_transactions(server)
-    barrier = _SPAWN.Barrier(settings.processes)
-    results = _SPAWN.Queue()
-    workers = [
-        _SPAWN.Process(target=_child, args=(name, url, settings, barrier, results), daemon=True)
-        for _ in range(settings.processes)
-    ]
-    for worker in workers:
-        worker.start()
-    got = [results.get(timeout=120) for _ in workers]
-    for worker in workers:
-        worker.join(30)
-    errors = [error for _, _, error in got if error]
-    if errors:
-        return {"library": name, "error": errors[0]}
-    statements = _settled_transactions(server) - before
-    sections = [s for _, found, _ in got for s in found]
-    start = min(start for start, _, _ in got)
-    stats = section_stats([(sections, start)], settings.seconds, settings.processes)
-    ordered = sorted(sections, key=lambda s: s[1])
-    handoffs = sorted(
-        (b[1] - a[2]) * 1e3 for a, b in itertools.pairwise(ordered) if a[3] != b[3] and b[0] < a[2]
+    return contend(
+        name,
+        HANDLES[name],
+        url,
+        processes=settings.processes,
+        seconds=settings.seconds,
+        hold=settings.hold,
+        statements=lambda: _settled_transactions(server),
     )
-    return {
-        "library": name,
-        "grants": stats.sections,
-        "per_second": stats.per_second,
-        "handoff_p50_ms": percentile(handoffs, 50),
-        "handoff_p99_ms": percentile(handoffs, 99),
-        "overlaps": stats.overlaps,
-        # warm-up and set-up statements of each process are included: a small overcount
-        "statements_per_grant": statements / max(1, stats.sections),
-    }
 
 
 UNCONTENDED_COLUMNS = (
@@ -293,13 +315,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _connect(server.url) as admin:
             admin.execute(f"CREATE DATABASE {DB}")
         url = f"postgresql://{server.user}@{server.host}:{server.port}/{DB}"
+        # The uncontended rows on one CPU, the server's backends (forked from the postmaster
+        # from now on) and this process alike: where a process lands changes a loopback round
+        # trip severalfold on a small machine, so every row gets the same pinning.
+        cpus = os.sched_getaffinity(0)
+        assert server.pid is not None
+        cpu = min(cpus)
+        pin_all_threads(server.pid, cpu)
+        pin_self(cpu)
+        load = load_average()
+        print(f"pinned: server and client on CPU {cpu}; load average {load}")
+        cycles, statements = uncontended(url, settings)
         print(
             report.render_table(
-                "uncontended acquire+release, one process",
-                UNCONTENDED_COLUMNS,
-                uncontended(url, settings),
+                "uncontended acquire+release, one process", UNCONTENDED_COLUMNS, cycles
             )
         )
+        print()
+        print(
+            report.render_table(
+                "one statement at a time, prepared, on one connection "
+                "(the ratio column: to SELECT 1)",
+                UNCONTENDED_COLUMNS,
+                statements,
+            )
+        )
+        for pid in (server.pid, os.getpid()):
+            os.sched_setaffinity(pid, cpus)  # the contention below runs unpinned
         rows = [contention(name, server, url, settings) for name in HANDLES]
         print()
         print(

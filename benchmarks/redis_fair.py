@@ -4,9 +4,14 @@ Two measurements on one fresh redis-server:
 
 1. order: ``--processes`` processes queue for a held key one after another (each only once
    the one before it is in the queue), then the holder lets go; FIFO % is the share of them
-   served in the order they queued, over ``--rounds`` rounds;
+   served in the order they queued, over ``--rounds`` rounds. The order served is the order
+   of their fencing tokens (strictly increasing per grant), not the order their reports
+   arrive in: a multiprocessing queue sends from a thread of its own, and on a busy CPU
+   a report may overtake the one of the process served before;
 2. speed: the contention scenario of ``benchmarks.contended`` (``--processes`` processes on
-   one key), the two locks taking turns ``--repeats`` times; the medians of sections/s.
+   one key), the two locks taking turns ``--repeats`` times; the medians of sections/s;
+3. round trips: one more short run of each under ``MONITOR`` (which slows the server, so it
+   is never timed): the lock commands clients sent (EVALSHA, BLPOP) per section.
 
 The target: FIFO 100 % with ``fair=True`` at >= 90 % of the default lock's sections/s.
 """
@@ -22,11 +27,13 @@ import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from . import scenarios
 from .machine import choose_pinnings, pin_self
+from .redis_monitor import CommandCounter
 from .scenarios import Settings
-from .servers import redis_server
+from .servers import BenchRedis, redis_server
 
 _SPAWN = multiprocessing.get_context("spawn")
 _NAMES = ("lockkit", "lockkit fair=True")
@@ -38,8 +45,9 @@ def _queue_up(url: str, namespace: str, index: int, out: Any) -> None:
     with LockKit(url, namespace=namespace, ttl=30.0) as kit:
         lock = kit.lock("fair", fair=True, timeout=60)
         lock.acquire()
-        out.put(index)
+        token = lock.token
         lock.release()
+        out.put((token, index))
 
 
 def _order(url: str, raw: Any, processes: int) -> list[int]:
@@ -63,10 +71,26 @@ def _order(url: str, raw: Any, processes: int) -> list[int]:
                     raise RuntimeError(f"contender {i} never queued")
                 time.sleep(0.002)
         holder.release()
-        order = [out.get(timeout=60) for _ in range(processes)]
+        served = sorted(out.get(timeout=60) for _ in range(processes))
         for proc in procs:
             proc.join(30)
-    return order
+    return [index for _, index in served]
+
+
+def _round_trips(server: BenchRedis, settings: Settings, cpu: int | None) -> dict[str, float]:
+    """Lock commands clients sent per section, over a short run of each lock."""
+    port = urlsplit(server.url).port
+    assert port is not None
+    short = dataclasses.replace(settings, seconds=1.0)
+    found: dict[str, float] = {}
+    for name in _NAMES:
+        server.reset()
+        with CommandCounter(port) as seen:
+            (row,) = scenarios.contention([name], lambda: server.url, short, cpu)
+        if "error" in row:
+            raise RuntimeError(f"{name}: {row['error']}")
+        found[name] = (seen.commands["evalsha"] + seen.commands["blpop"]) / row["sections"]
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,12 +121,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if "error" in row:
                     raise RuntimeError(f"{row['library']}: {row['error']}")
                 rates[row["library"]].append(float(row["per_second"]))
+        trips = _round_trips(server, settings, pinning.client_cpu)
     default, fair = (statistics.median(rates[name]) for name in _NAMES)
     print(f"redis:// fair=True, {args.processes} processes ({pinning.note})")
     print(f"  order: {args.rounds} rounds, served as queued: {fifo:.0f} %  {orders}")
     for name in _NAMES:
         shown = ", ".join(f"{rate:,.0f}" for rate in rates[name])
-        print(f"  {name:<18} sections/s median {statistics.median(rates[name]):>7,.0f}  ({shown})")
+        print(
+            f"  {name:<18} sections/s median {statistics.median(rates[name]):>7,.0f}  ({shown})"
+            f"  round trips per section {trips[name]:.2f}"
+        )
     ratio = fair / default
     met = fifo == 100.0 and ratio >= 0.9
     print(f"  {'met' if met else 'missed':<7} FIFO 100 % at >= 90 % of the default: {ratio:.0%}")

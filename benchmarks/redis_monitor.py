@@ -30,6 +30,8 @@ class CommandCounter:
         self.commands: Counter[str] = Counter()
         #: every command with its arguments as MONITOR shows them, in order
         self.lines: list[str] = []
+        #: the same for the commands scripts ran inside the server (not round trips)
+        self.scripted: list[str] = []
         self._marker = f"lockkit-bench-end-{secrets.token_hex(8)}".encode()
         self._sock: socket.socket | None = None
         self._reader: threading.Thread | None = None
@@ -54,10 +56,15 @@ class CommandCounter:
             if self._marker in line:
                 return
             found = _LINE.match(line)
-            if found is not None and found.group(1) != b"lua":
-                self.commands[found.group(2).decode().lower()] += 1
-                rest = found.group(3).decode(errors="replace").strip()
-                self.lines.append(f"{found.group(2).decode().lower()} {rest}")
+            if found is None:
+                continue
+            name = found.group(2).decode().lower()
+            rest = found.group(3).decode(errors="replace").strip()
+            if found.group(1) == b"lua":
+                self.scripted.append(f"{name} {rest}")
+            else:
+                self.commands[name] += 1
+                self.lines.append(f"{name} {rest}")
 
     def __exit__(
         self,

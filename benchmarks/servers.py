@@ -27,6 +27,7 @@ class BenchRedis:
     url: str
     version: str
     client: redis.Redis
+    pid: int | None = None
 
     def reset(self) -> None:
         """Drop every key (locks, fencing counters) so each contender starts from empty."""
@@ -42,6 +43,6 @@ def redis_server(cpu: int | None) -> Iterator[BenchRedis]:
         client = redis.Redis(host="127.0.0.1", port=server.port)
         try:
             version = str(client.info("server")["redis_version"])
-            yield BenchRedis(url=server.url, version=version, client=client)
+            yield BenchRedis(url=server.url, version=version, client=client, pid=server.pid)
         finally:
             client.close()

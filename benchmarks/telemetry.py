@@ -12,6 +12,8 @@ runs, in the SDK process, the cycle with the hooks off plus the two ``Histogram.
 calls a cycle makes on the SDK (wait and hold, same attributes) made directly: what the SDK
 itself costs, below which lockkit cannot go while it records both (measured beside the
 lock's own work: the same two calls in a loop of their own take about half as long).
+``spans floor`` adds the span's calls (start with the common attributes, outcome and token,
+end) the same way; "on" minus "floor" is lockkit's own part.
 
     python -m benchmarks.telemetry [--cycles 20000] [--rounds 9]
 """
@@ -29,7 +31,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-SETUPS = {"api": ("api",), "sdk": ("sdk", "sdk floor"), "sdk+spans": ("sdk+spans",)}
+SETUPS = {
+    "api": ("api",),
+    "sdk": ("sdk", "sdk floor"),
+    "sdk+spans": ("sdk+spans", "spans floor"),
+}
 
 
 def _install(setup: str) -> None:
@@ -59,13 +65,24 @@ def _round(first: Callable[[], object], second: Callable[[], object], cycles: in
     return (time.thread_time_ns() - started) / cycles / 1000.0
 
 
-def _floor(lock: Any, instruments: Any, labels: Any) -> tuple[Callable[[], object], ...]:
-    """The cycle with the hooks off, then the SDK's two records made directly."""
+def _floor(
+    lock: Any, instruments: Any, labels: Any, spans: bool
+) -> tuple[Callable[[], object], ...]:
+    """The cycle with the hooks off, then the SDK calls the hooks make, made directly: the
+    two records (wait and hold) and, with ``spans``, the acquire span's."""
+    from opentelemetry import trace
+
     wait, hold = instruments.wait, instruments.hold
     acquired, common = labels.outcome["acquired"], labels.common
+    tracer = trace.get_tracer_provider().get_tracer("lockkit")
 
     def second() -> None:
         lock.release()
+        if spans:
+            span = tracer.start_span("lockkit.acquire", attributes=common)
+            span.set_attribute("lockkit.outcome", "acquired")
+            span.set_attribute("lockkit.token", 1)
+            span.end()
         wait.record(0.001, acquired)
         hold.record(0.001, common)
 
@@ -85,12 +102,13 @@ def measure(setup: str, cycles: int, rounds: int) -> dict[str, list[float]]:
     took: dict[str, list[float]] = {"off": []}
     for _ in range(rounds + 1):  # the first round of each warms up
         for mode in ("off", *SETUPS[setup]):
+            floor = mode.endswith("floor")
             first, second = (
-                _floor(lock, instruments, labels)
-                if mode == "sdk floor"
+                _floor(lock, instruments, labels, mode == "spans floor")
+                if floor
                 else (lock.acquire, lock.release)
             )
-            observe._instruments = None if mode in ("off", "sdk floor") else instruments
+            observe._instruments = None if floor or mode == "off" else instruments
             took.setdefault(mode, []).append(_round(first, second, cycles))
     kit.close()
     return {mode: values[1:] for mode, values in took.items()}
@@ -105,7 +123,11 @@ def main() -> None:
     if args.setup:
         print(json.dumps(measure(args.setup, args.cycles, args.rounds)))
         return
+    from importlib import metadata
+
+    sdk = metadata.version("opentelemetry-sdk")  # its record() cost changes between releases
     print(f"acquire+release on memory://, {args.cycles} cycles x {args.rounds} rounds, µs/cycle")
+    print(f"opentelemetry-sdk {sdk}")
     print(f"load average before: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
     print(f"{'process':<10} {'mode':<10} {'off':>8} {'on':>8} {'added':>8}")
     for setup in SETUPS:

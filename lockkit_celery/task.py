@@ -12,7 +12,7 @@ from celery.result import AsyncResult
 
 from lockkit_core import ConfigError
 from lockkit_core.config import UNSET, Seconds
-from lockkit_core.dedupe import DEFAULTS, RunGuard, TaskKey, check_names, check_option
+from lockkit_core.dedupe import DEFAULTS, RunGuard, TaskKey, check_names, given_options
 
 from .enqueue import HEADER, delay_of, enqueue
 from .settings import records_for, resolve
@@ -251,10 +251,7 @@ def locked_task(
     options = {"ttl": ttl, "on_duplicate": on_duplicate, "enqueue_lock": enqueue_lock,
                "once": once, "wait": wait, "enqueue_ttl": enqueue_ttl, "remember": remember,
                "enabled": enabled}  # fmt: skip
-    assert set(options) == set(DEFAULTS)
-    for name, value in options.items():
-        if value is not UNSET:
-            check_option(name, value)
+    given = given_options(options)
     _check_task_options(task_options)
     base = task_options.pop("base", LockedTask)
     if not (isinstance(base, type) and issubclass(base, LockedTask)):
@@ -263,7 +260,7 @@ def locked_task(
     def decorate(fun: Callable[..., Any]) -> Any:
         run = functools.partial(fun, None) if task_options.get("bind") else fun
         TaskKey(fun.__qualname__, run, key, unique_on)  # fails now on a bad key or unique_on
-        attrs = {f"lockkit_{n}": v for n, v in options.items() if v is not UNSET}
+        attrs = {f"lockkit_{n}": v for n, v in given.items()}
         factory = app.task if app is not None else shared_task
         return factory(base=base, lockkit_key=key, lockkit_unique_on=unique_on,
                        **attrs, **task_options)(fun)  # fmt: skip

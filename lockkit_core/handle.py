@@ -178,3 +178,13 @@ class Handle:
             if self._last is hold:
                 self._last = None
         return hold
+
+    def check(self) -> None:
+        """Raise :class:`LockLost` if the lease was lost; decided locally, never blocks."""
+        hold = self._view()
+        if hold is None:
+            raise LockNotOwned(self.key, f"lock {self.key!r} is not held by this handle")
+        if hold.pid != os.getpid():
+            raise LockNotOwned(self.key, inherited_message(self.key, hold))
+        if hold.is_lost():
+            raise LockLost(self.key, lost_message(self.key, hold))

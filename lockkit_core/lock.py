@@ -6,7 +6,8 @@ that re-enters the same key in the same thread or asyncio task. Reentrancy is ke
 :mod:`lockkit_core.handle`; the acquire decisions are :mod:`lockkit_core.acquire`'s state
 machine, run by :mod:`lockkit_core.drivers`; renewal is :mod:`lockkit_core.watchdog`'s. A
 handle reaches its kit only through ``kit.backend``, ``kit.namespace`` and ``kit.holds``
-(:class:`~lockkit_core.hold_table.Holds`, the table of holds it may re-enter).
+(:class:`~lockkit_core.hold_table.Holds`, the table of holds it may re-enter). Handing a lease
+to another process or to a batched store operation is :mod:`lockkit_core.handover`'s.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from types import TracebackType
 from typing import Any
 
 from . import drivers, lease, observe
-from .acquire import dead_on_arrival_error
-from .backends.base import Capability, Grant, owner_hint
-from .config import UNSET, Seconds, check_timeout, check_ttl
-from .errors import ConfigError, LockLost, LockNotOwned, LockTimeout, NotSupported
-from .handle import Handle, OnLost
-from .hold import Hold, inherited_message, lost_message
+from .acquire import Acquired, dead_on_arrival_error
+from .backends.base import Grant, owner_hint
+from .config import UNSET, Seconds, check_timeout
+from .errors import ConfigError, LockNotOwned, LockTimeout
+from .handle import OnLost
+from .handover import HandOver
+from .hold import Hold
 from .py310 import add_note
 from .watchdog import watch
 
@@ -51,7 +53,7 @@ def release_leaving(release: Callable[[], None], exc: BaseException | None) -> N
         add_note(exc, f"lockkit: {lost}")
 
 
-class Lock(Handle):
+class Lock(HandOver):
     """A handle on one key. Use it as a context manager, or ``acquire()``/``release()``.
 
     Get one from :meth:`LockKit.lock`; it is cheap and may be reused after release.
@@ -99,16 +101,6 @@ class Lock(Handle):
         """True if anyone holds the key (asks the store)."""
         return self.kit.backend.info(self.full_key) is not None
 
-    def check(self) -> None:
-        """Raise :class:`LockLost` if the lease was lost; decided locally, never blocks."""
-        hold = self._view()
-        if hold is None:
-            raise LockNotOwned(self.key, f"lock {self.key!r} is not held by this handle")
-        if hold.pid != os.getpid():
-            raise LockNotOwned(self.key, inherited_message(self.key, hold))
-        if hold.is_lost():
-            raise LockLost(self.key, lost_message(self.key, hold))
-
     # -- acquire / release -------------------------------------------------------------------
 
     def acquire(self, blocking: bool = True, timeout: Seconds = UNSET) -> bool:
@@ -134,31 +126,25 @@ class Lock(Handle):
         if self._given_owner is not None:
             sent = time.monotonic()
             ttl = lease.on_store(self.ttl)
-            hold = self._adopted(backend.adopt(self.full_key, self._given_owner, ttl), sent)
-        else:
-            owner = new_owner_token()
-            wait = observe.waiting(self.labels)
-            try:
-                got = drivers.acquire(
-                    backend,
-                    self.full_key,
-                    self.key,
-                    owner,
-                    self.ttl,
-                    fair=self.fair,
-                    blocking=blocking and timeout != 0,
-                    timeout=timeout,
-                )
-            except BaseException as exc:
-                observe.failed(wait, log, self.full_key, exc)
-                raise
-            if got is None:
-                observe.refused(wait, log, self.full_key, timeout if blocking else 0)
-                return False
-            observe.waited(wait, "acquired", got.token)
-            hold = self.kit.holds.start(self, owner, got.token, got.valid_until)
-        self._took(hold)
-        return True
+            self._took(self._adopted(backend.adopt(self.full_key, self._given_owner, ttl), sent))
+            return True
+        owner = new_owner_token()
+        wait = observe.waiting(self.labels)
+        try:
+            got = drivers.acquire(
+                backend,
+                self.full_key,
+                self.key,
+                owner,
+                self.ttl,
+                fair=self.fair,
+                blocking=blocking and timeout != 0,
+                timeout=timeout,
+            )
+        except BaseException as exc:
+            observe.failed(wait, log, self.full_key, exc)
+            raise
+        return self._granted(got, owner, wait, timeout if blocking else 0)
 
     async def aacquire(self, blocking: bool = True, timeout: Seconds = UNSET) -> bool:
         """:meth:`acquire` for a coroutine: the same rules, and it never blocks the event loop.
@@ -178,30 +164,41 @@ class Lock(Handle):
             sent = time.monotonic()
             ttl = lease.on_store(self.ttl)
             grant = await ops.adopt(self.full_key, self._given_owner, ttl)
-            hold = self._adopted(grant, sent, task)
-        else:
-            owner = new_owner_token()
-            wait = observe.waiting(self.labels)
-            try:
-                got = await drivers.aacquire(
-                    self.kit.backend,
-                    self.full_key,
-                    self.key,
-                    owner,
-                    self.ttl,
-                    fair=self.fair,
-                    blocking=blocking and timeout != 0,
-                    timeout=timeout,
-                )
-            except BaseException as exc:
-                observe.failed(wait, log, self.full_key, exc)
-                raise
-            if got is None:
-                observe.refused(wait, log, self.full_key, timeout if blocking else 0)
-                return False
-            observe.waited(wait, "acquired", got.token)
-            hold = self.kit.holds.start(self, owner, got.token, got.valid_until, task)
-        self._took(hold)
+            self._took(self._adopted(grant, sent, task))
+            return True
+        owner = new_owner_token()
+        wait = observe.waiting(self.labels)
+        try:
+            got = await drivers.aacquire(
+                self.kit.backend,
+                self.full_key,
+                self.key,
+                owner,
+                self.ttl,
+                fair=self.fair,
+                blocking=blocking and timeout != 0,
+                timeout=timeout,
+            )
+        except BaseException as exc:
+            observe.failed(wait, log, self.full_key, exc)
+            raise
+        return self._granted(got, owner, wait, timeout if blocking else 0, task)
+
+    def _granted(
+        self,
+        got: Acquired | None,
+        owner: str,
+        wait: observe.Waiting | None,
+        waited_for: float | None,
+        task: asyncio.Task[Any] | None = None,
+    ) -> bool:
+        """Hold what the driver granted ``owner``; or, for None (the key stayed busy for
+        ``waited_for`` seconds), report the refusal and return False."""
+        if got is None:
+            observe.refused(wait, log, self.full_key, waited_for)
+            return False
+        observe.waited(wait, "acquired", got.token)
+        self._took(self.kit.holds.start(self, owner, got.token, got.valid_until, task))
         return True
 
     def _timeout(self, blocking: bool, timeout: Seconds) -> float | None:
@@ -226,49 +223,6 @@ class Lock(Handle):
         if self.ttl is not None and now >= valid_until:
             raise dead_on_arrival_error(self.key, self.ttl, now - sent, 1)
         return self.kit.holds.start(self, owner, grant.token, valid_until, task)
-
-    def hold_granted(self, grant: Grant, sent: float) -> None:
-        """Hold, through this handle made with ``owner=``, the lease a batched store operation
-        sent at ``sent`` (monotonic) granted that owner (``Backend.begin_run``): renewed,
-        checked and released from now on as after :meth:`acquire`, with no round trip more."""
-        owner = self._given_owner
-        if owner is None or not grant.acquired or self._here() is not None:
-            raise LockNotOwned(
-                self.key, f"cannot hold {self.key!r}: no grant to this handle's owner= token"
-            )
-        valid_until = sent + lease.validity(self.ttl)
-        now = time.monotonic()
-        if self.ttl is not None and now >= valid_until:
-            raise dead_on_arrival_error(self.key, self.ttl, now - sent, 1)
-        hold = self.kit.holds.start(self, owner, grant.token, valid_until)
-        if self.reentrant:
-            self._local.use = [hold, 1]
-        else:
-            self._hold = hold
-        self._last = hold
-
-    def detach(self) -> tuple[Hold, bool]:
-        """Stop holding the lock here, without a round trip, for an operation that frees
-        several keys in one store call (``Backend.end_run``); returns the hold and whether
-        its lease was already lost. Pass the store's answer to ``hold.settle()``, which
-        reports a loss as :meth:`release` does. Raises :class:`LockNotOwned` if this handle
-        does not hold the lock, or holds it re-entered."""
-        hold = self._here()
-        if hold is None or hold.count != 1 or hold.pid != os.getpid():
-            raise LockNotOwned(self.key, f"cannot detach {self.key!r}: not held once here")
-        was_lost = hold.is_lost()
-        with self.kit.holds.mutex:
-            if self.reentrant:
-                self._local.use = None
-            else:
-                self._hold = None
-            hold.count = 0
-            # Cleared before the store hears of it: see Hold.mark_lost.
-            hold.active = False
-            self.kit.holds.drop(hold)
-            if self._last is hold:
-                self._last = None
-        return hold, was_lost
 
     def release(self) -> None:
         """Release one level of reentrancy; the store is told when the outermost one ends.
@@ -297,46 +251,6 @@ class Lock(Handle):
             raise LockNotOwned(
                 self.key, f"cannot release {self.key!r}: that owner token does not hold it"
             )
-
-    def hand_off(self, ttl: float | None = None) -> str:
-        """Stop holding the lock here without freeing it, and return its owner token.
-
-        The lease is extended to ``ttl`` seconds (default: the lock's ttl; a lock without a
-        lease must be given one, since its adopter may never come) and no longer
-        renewed by this process, so whoever gets the token (``kit.lock(key, owner=token)``,
-        e.g. the worker that runs a queued task) can adopt it before it runs out. Raises
-        :class:`LockLost` if the lease is already gone, :class:`LockNotOwned` if this
-        handle does not hold the lock or holds it re-entered, :class:`NotSupported` on a
-        store whose leases end with the process that took them (ZooKeeper sessions).
-        """
-        new_ttl = self._new_ttl(ttl, "hand_off")
-        backend = self.kit.backend
-        if Capability.HAND_OFF not in backend.capabilities:
-            raise NotSupported(
-                f"the {backend.url.scheme}:// backend cannot hand off {self.key!r}: its leases "
-                "end with the session of the process that took them; release it instead"
-            )
-        hold = self._here()
-        if hold is None or hold.count != 1:
-            raise LockNotOwned(
-                self.key,
-                f"cannot hand off {self.key!r}: "
-                + ("not held through this handle" if hold is None else "it is re-entered"),
-            )
-        self.check()
-        hold.extend(new_ttl, raise_on_loss=True)
-        holds = self.kit.holds
-        with holds.mutex:
-            if self.reentrant:
-                self._set_use(None, hold.task is not None)
-            else:
-                self._hold = None
-            hold.count = 0
-            hold.active = False  # the watchdog drops inactive holds without a round trip
-            holds.drop(hold)
-            if self._last is hold:
-                self._last = None
-        return hold.owner
 
     def extend(self, ttl: float | None = None) -> None:
         """Reset the lease to ``ttl`` seconds (default: the lock's ttl) from now.
@@ -384,17 +298,6 @@ class Lock(Handle):
             raise LockNotOwned(
                 self.key, f"cannot extend {self.key!r}: that owner token does not hold it"
             )
-
-    def _new_ttl(self, ttl: float | None, verb: str) -> float:
-        """The lease ``extend``/``hand_off`` sets: ``ttl``, else the lock's own."""
-        if ttl is not None:
-            return check_ttl(ttl)
-        if self.ttl is None:
-            raise ConfigError(
-                f"{verb}() of {self.key!r} needs a ttl: the lock was taken without a lease "
-                f"(ttl=None), so it has none to renew; pass {verb}(ttl=seconds)"
-            )
-        return self.ttl
 
     def __enter__(self) -> Lock:
         if not self.acquire():

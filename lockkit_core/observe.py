@@ -54,6 +54,7 @@ except ImportError:  # the otel extra is not installed: every hook is a no-op
 __all__ = [
     "ACQUIRE_SPAN",
     "OUTCOMES",
+    "TEMPLATES_KEPT",
     "Labels",
     "Waiting",
     "duplicate",
@@ -70,16 +71,18 @@ ACQUIRE_SPAN: Final = "lockkit.acquire"
 #: the values of ``lockkit.outcome`` on ``lockkit.lock.wait.duration``
 OUTCOMES: Final = ("acquired", "timeout", "unavailable")
 #: seconds; from a non-blocking try (a millisecond) to a long wait on a busy key
+#: the most key templates a kit keeps the attributes of (see Labels.with_template)
+TEMPLATES_KEPT: Final = 256
 _BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
 class _Instruments:
-    """The meter's instruments and the tracer, made once (see the module docstring)."""
+    """The meter's instruments, made once (see the module docstring)."""
 
-    __slots__ = ("duplicates", "hold", "lost", "tracer", "wait")
+    __slots__ = ("duplicates", "hold", "lost", "wait")
 
     def __init__(self) -> None:
-        assert _otel_metrics is not None and _otel_trace is not None
+        assert _otel_metrics is not None
         meter = _otel_metrics.get_meter("lockkit")
         self.wait: Histogram = meter.create_histogram(
             "lockkit.lock.wait.duration",
@@ -99,17 +102,41 @@ class _Instruments:
         self.duplicates: Counter = meter.create_counter(
             "lockkit.task.duplicates", unit="{task}", description="Duplicate task calls"
         )
-        self.tracer: Tracer = _otel_trace.get_tracer("lockkit")
 
 
 _instruments: _Instruments | None = None if _otel_metrics is None else _Instruments()
 
 
+class _Spans:
+    """Where ``lockkit.acquire`` spans go: decided once the app has set a tracer provider
+    (the API takes one only once), then the provider's own tracer, with no proxy between."""
+
+    __slots__ = ("decided", "tracer")
+
+    def __init__(self) -> None:
+        self.decided = False
+        self.tracer: Tracer | None = None
+
+    def decide(self) -> Tracer | None:
+        """The tracer to start spans with, or None while they would go nowhere."""
+        provider = _otel_trace.get_tracer_provider()
+        if isinstance(provider, _otel_trace.ProxyTracerProvider):
+            return None  # none set yet (reached only if the API's global has gone, see waiting)
+        if not isinstance(provider, _otel_trace.NoOpTracerProvider):
+            self.tracer = provider.get_tracer("lockkit")
+        self.decided = True
+        return self.tracer
+
+
+_spans = _Spans()
+
+
 class Labels:
     """The attributes of one kit's (or one key template's) metrics, built once: the common
-    ones and, for the wait histogram, one mapping per outcome (no dict built per call)."""
+    ones and, for the wait histogram, one mapping per outcome (no dict built per call; the
+    SDK still copies, cleans and hashes them on every record)."""
 
-    __slots__ = ("common", "outcome")
+    __slots__ = ("_templates", "common", "outcome")
 
     def __init__(self, backend: str, namespace: str, template: str | None = None) -> None:
         common = {"lockkit.backend": backend, "lockkit.namespace": namespace}
@@ -119,17 +146,26 @@ class Labels:
         self.outcome: Mapping[str, Mapping[str, str]] = {
             name: {**common, "lockkit.outcome": name} for name in OUTCOMES
         }
+        self._templates: dict[str, Labels] = {}
 
     def with_template(self, template: str) -> Labels:
-        """These labels with ``lockkit.key_template`` set to ``template``."""
-        return Labels(
-            self.common["lockkit.backend"], self.common["lockkit.namespace"], str(template)
-        )
+        """These labels with ``lockkit.key_template`` set to ``template``; the same object
+        for the same template (the web guard and the task adapters make a lock per call)."""
+        labels = self._templates.get(template)
+        if labels is None:
+            labels = Labels(
+                self.common["lockkit.backend"], self.common["lockkit.namespace"], str(template)
+            )
+            # Templates come from code, so there are few; a cache that filled up (templates
+            # made from input by mistake) stops growing, and those locks build their own.
+            if len(self._templates) < TEMPLATES_KEPT:
+                self._templates[template] = labels
+        return labels
 
 
 class Waiting:
     """One acquire being observed: when it began, and its span (None when spans go
-    nowhere: with no tracer provider set the API hands out a non-recording one)."""
+    nowhere: no tracer provider set, or the sampler dropped it)."""
 
     __slots__ = ("instruments", "labels", "span", "started")
 
@@ -146,13 +182,21 @@ def waiting(labels: Labels) -> Waiting | None:
     if inst is None:
         return None
     span: Span | None = None
-    # The API keeps the provider set by set_tracer_provider() in _TRACER_PROVIDER (None until
-    # then), and its proxy tracer reads it on every span; reading it here skips a no-op span
-    # (about a microsecond). Should the name ever go, every acquire starts its span again.
-    if getattr(_otel_trace, "_TRACER_PROVIDER", True) is not None:
-        span = inst.tracer.start_span(ACQUIRE_SPAN, attributes=labels.common)
+    spans = _spans
+    if spans.decided:
+        tracer = spans.tracer
+    elif getattr(_otel_trace, "_TRACER_PROVIDER", True) is None:
+        # No provider set yet. The public get_tracer_provider() would look one up in
+        # os.environ on every call until then (1.7 µs, more than the no-op span it would
+        # spare), so the API's global is read; should the name go, decide() answers (slower).
+        tracer = None
+    else:
+        tracer = spans.decide()
+    if tracer is not None:
+        # Not made current: nothing runs inside it, and attaching a context costs time.
+        span = tracer.start_span(ACQUIRE_SPAN, attributes=labels.common)
         if not span.is_recording():
-            span = None  # a no-op span: setting its attributes would only cost time
+            span = None  # sampled out: setting its attributes would only cost time
     return Waiting(inst, labels, span)
 
 
@@ -163,13 +207,13 @@ def waited(
     anything else, which ends the span only: a cancelled wait has no outcome to count)."""
     if wait is None:
         return
-    counted = outcome in OUTCOMES
-    if counted:
-        wait.instruments.wait.record(time.monotonic() - wait.started, wait.labels.outcome[outcome])
+    attributes = wait.labels.outcome.get(outcome)
+    if attributes is not None:
+        wait.instruments.wait.record(time.monotonic() - wait.started, attributes)
     span = wait.span
     if span is None:
         return
-    if counted:
+    if attributes is not None:
         span.set_attribute("lockkit.outcome", outcome)
     if token is not None:
         span.set_attribute("lockkit.token", token)

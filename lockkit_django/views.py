@@ -84,6 +84,8 @@ def _attach(response: HttpResponseBase, outcome: Outcome) -> HttpResponseBase:
 def _values(rule: RequestRule, request: HttpRequest, url_kwargs: Mapping[str, Any]) -> Values:
     if rule.key.func is not None:
         return lambda func: func(request, **url_kwargs)
+    if rule.key.url_only:
+        return url_kwargs  # nothing to read from the request
     return _Lazy(functools.partial(values, request, url_kwargs, rule.key.fields))
 
 

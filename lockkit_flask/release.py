@@ -16,14 +16,20 @@ __all__ = ["hold_until_finished", "watch"]
 _OUTCOMES: Final = "_lockkit_outcomes"
 
 
+def _g() -> Any:
+    # The request's g itself: every request, locked or not, passes here twice, and each
+    # use of the ``g`` proxy would look it up again.
+    return g._get_current_object()
+
+
 def hold_until_finished(response: Any, outcome: Outcome) -> Any:
     """Keep ``outcome``'s lock until the request's final response is finished."""
-    g.setdefault(_OUTCOMES, []).append(outcome)
+    _g().setdefault(_OUTCOMES, []).append(outcome)
     return response
 
 
 def _finished(sender: Flask, response: Response, **_: Any) -> None:
-    for outcome in g.pop(_OUTCOMES, []):
+    for outcome in _g().pop(_OUTCOMES, ()):
         if response.is_streamed:
             # The bytes it protects are still to come: released at the stream's close, at
             # the latest after LOCKKIT_STREAM_MAX_HOLD.
@@ -34,7 +40,7 @@ def _finished(sender: Flask, response: Response, **_: Any) -> None:
 
 
 def _teardown(_exc: BaseException | None) -> None:
-    for outcome in g.pop(_OUTCOMES, []):
+    for outcome in _g().pop(_OUTCOMES, ()):
         outcome.release()
 
 

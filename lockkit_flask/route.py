@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, Final, TypeVar, cast
 
-from flask import Blueprint, Response, current_app, g, request
+from flask import Blueprint, Flask, Request, Response, current_app, g, request
 from flask.sansio.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 
@@ -28,7 +28,7 @@ from lockkit_core.guard import GuardContext, Outcome, Problem, RequestRule, Scop
 from lockkit_core.guard.run import Hooks, Values, arun, begin, run
 
 from .errors import RequestLocked
-from .extension import EXTENSION_KEY, state_of
+from .extension import EXTENSION_KEY, LockKitState, state_of
 from .release import hold_until_finished
 from .sources import ALL_SOURCES, check_template
 from .sources import Values as FlaskValues
@@ -66,10 +66,14 @@ def _rule(key: Any, on_busy: Callable[..., Any] | None, **options: Any) -> Reque
     return rule
 
 
-def _values(rule: RequestRule) -> Values:
+def _values(rule: RequestRule) -> Callable[[Request], Values]:
+    """How a request gives ``rule``'s key its values, decided once per rule."""
     if rule.key.func is not None:
-        return lambda func: func()
-    return FlaskValues(request.view_args or {})
+        return lambda _request: lambda func: func()
+    if rule.key.url_only:
+        # URL arguments only: the request's view_args themselves, no lookup object.
+        return lambda req: req.view_args or {}
+    return lambda req: FlaskValues(req.view_args or {})
 
 
 def _refuse(problem: Problem, answer: Any) -> ResponseReturnValue:
@@ -89,27 +93,39 @@ HOOKS: Final = Hooks[Any](refuse=_refuse, expose=_expose, attach=hold_until_fini
 
 
 def _guard(rule: RequestRule, view: Callable[..., Any]) -> Callable[..., Any]:
-    def route() -> str:
-        return request.endpoint or request.path
+    # Everything that is the same for every request is decided here, once; a request reads
+    # the request and app objects once each (not through their proxies at every use).
+    values = _values(rule)
+
+    def context() -> tuple[Request, Flask, LockKitState]:
+        app = current_app._get_current_object()  # type: ignore[attr-defined]
+        state = app.extensions.get(EXTENSION_KEY)
+        if not isinstance(state, LockKitState):
+            state = state_of(app)  # raises: the extension is not set up on this app
+        return request._get_current_object(), app, state  # type: ignore[attr-defined]
 
     if inspect.iscoroutinefunction(view):
 
         @functools.wraps(view)
         async def locked_async_view(*args: Any, **kwargs: Any) -> Any:
-            async def call() -> Response:
-                return current_app.make_response(await view(*args, **kwargs))
+            req, app, state = context()
 
-            state = state_of(current_app)
-            return await arun(rule, state, request, route(), _values(rule), call, HOOKS)
+            async def call() -> Response:
+                return app.make_response(await view(*args, **kwargs))
+
+            route = req.endpoint or req.path
+            return await arun(rule, state, req, route, values(req), call, HOOKS)
 
         return locked_async_view
 
     @functools.wraps(view)
     def locked_view(*args: Any, **kwargs: Any) -> Any:
-        def call() -> Response:
-            return current_app.make_response(view(*args, **kwargs))
+        req, app, state = context()
 
-        return run(rule, state_of(current_app), request, route(), _values(rule), call, HOOKS)
+        def call() -> Response:
+            return app.make_response(view(*args, **kwargs))
+
+        return run(rule, state, req, req.endpoint or req.path, values(req), call, HOOKS)
 
     return locked_view
 
@@ -151,8 +167,9 @@ def lock_route(
 def _enter_hook(rule: RequestRule) -> ResponseReturnValue | None:
     """A blueprint's ``before_request``: take the lock (released as the request finishes),
     or answer the refusal."""
-    route = request.endpoint or request.path
-    outcome = begin(rule, state_of(current_app), request, route, _values(rule), HOOKS)
+    req = request._get_current_object()  # type: ignore[attr-defined]
+    route = req.endpoint or req.path
+    outcome = begin(rule, state_of(current_app), req, route, _values(rule)(req), HOOKS)
     if not isinstance(outcome, Outcome):
         return outcome  # type: ignore[no-any-return]
     if outcome.lock is not None:

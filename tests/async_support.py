@@ -28,6 +28,7 @@ ASYNC_STORES = [
     pytest.param("zookeeper", marks=pytest.mark.zookeeper),
     pytest.param("etcd", marks=pytest.mark.etcd),
     pytest.param("postgresql", marks=pytest.mark.postgresql),
+    pytest.param("mysql", marks=pytest.mark.mysql),
     "sqlite",
 ]
 
@@ -47,6 +48,9 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "postgresql":
         postgres = request.getfixturevalue("postgres_server")
         return str(postgres.url) + "?socket_timeout=5&connect_timeout=2"
+    if request.param == "mysql":
+        mariadb = request.getfixturevalue("mariadb_server")
+        return str(mariadb.url) + "?socket_timeout=5&connect_timeout=2"
     if request.param == "etcd":
         etcd = request.getfixturevalue("etcd_server")
         return str(etcd.url) + "?socket_timeout=2"
@@ -76,6 +80,11 @@ def leftovers(kit: LockKit, key: str) -> list[str]:
             # the record is the holder, counted above; the fence counter is kept on purpose
             if name != f"lockkit:{{{full_key}}}".encode() and not name.endswith(b":f"):
                 found.append(f"redis key {name.decode()} ({client.type(name).decode()})")
+    elif scheme == "mysql":
+        # asyncio waiters queue in the process, in rooms per loop (backends/sql/myaio.py)
+        for ops in kit.backend._aio._made.values():  # type: ignore[attr-defined]
+            if full_key in ops.rooms:
+                found.append(f"{len(ops.rooms[full_key].turns)} waiter(s) in the room")
     elif scheme == "zookeeper":
         tree = kit.backend.tree  # type: ignore[attr-defined]
         children = kit.backend.session.run(tree.children(full_key))  # type: ignore[attr-defined]

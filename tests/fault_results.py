@@ -1,7 +1,8 @@
 """pytest plugin: record what ``@pytest.mark.fault(scenario, outcome)`` tests showed.
 
 With ``LOCKKIT_FAULT_RESULTS=PATH``, each fault test's scenario, store, outcome and result is
-appended to PATH as a JSON line (tests/fault_scenarios.py renders them). The marker travels
+appended to PATH as a JSON line (tests/fault_scenarios.py renders them); the store is the
+test's ``store`` parameter or its module's name. The marker travels
 in the report's user_properties, so under pytest-xdist the controller writes every line.
 """
 
@@ -17,14 +18,24 @@ from fault_scenarios import check_marker
 _STORE = re.compile(r"test_([a-z]+)_faults\.py")
 
 
+def _store(item: pytest.Item) -> str:
+    """The store a fault test ran on: its ``store`` parameter (tests/test_sql_faults.py runs
+    one scenario set on two databases), else its module's name (``test_<store>_faults.py``)."""
+    callspec = getattr(item, "callspec", None)
+    param = callspec.params.get("store") if callspec is not None else None
+    if isinstance(param, str):
+        return param
+    found = _STORE.search(item.nodeid)
+    return found.group(1) if found else "?"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         marker = item.get_closest_marker("fault")
         if marker is None:
             continue
         scenario, outcome = check_marker(marker.args)
-        found = _STORE.search(item.nodeid)
-        store = found.group(1) if found else "?"
+        store = _store(item)
         item.user_properties.append(("fault", (scenario, store, outcome)))
 
 

@@ -3,7 +3,8 @@
     python holder_process.py URL NAMESPACE KEY TTL AUTO_RENEW [PLACE]
 
 PLACE, if given, holds a place instead of the lock: ``read`` or ``write`` of a read-write
-lock, or ``slot:N`` of a semaphore of N places.
+lock, or ``slot:N`` of a semaphore of N places; ``fair`` waits for a line on stdin (so several
+can start at once and still queue in a set order), then takes the lock with ``fair=True``.
 
 Prints ``acquired <token> <owner>`` once it holds KEY, then answers one line per command:
 ``check`` -> ``ok`` | ``lost`` | ``notowned``; ``release`` -> ``released`` | ``lost`` |
@@ -42,7 +43,9 @@ def main() -> int:
         rw = kit.rwlock(key, **lease)
         lock = rw.read() if place == "read" else rw.write()
     else:
-        lock = kit.lock(key, **lease)
+        lock = kit.lock(key, fair=place == "fair", **lease)
+    if place == "fair":
+        sys.stdin.readline()
     if not lock.acquire(timeout=10):
         say("busy")
         return 3

@@ -1,4 +1,5 @@
-"""A real PostgreSQL for the session, and the ``pg`` database alias of tests/djproject on it.
+"""A real PostgreSQL for the session, and the ``pg`` database alias of tests/djproject on it
+(with the ``my`` alias on MariaDB and ``lite`` on a SQLite file, made the same way).
 
 Registered in conftest.py. The server starts only when a collected test uses the ``pg``
 alias (``@pytest.mark.django_db(databases=["pg"])``), just before pytest-django creates the
@@ -13,9 +14,12 @@ from django.db import connections
 from pytest_django.fixtures import _get_databases_for_setup
 
 from lockkit_core.testing import PostgresServer
+from lockkit_core.testing.mariadb import MariaDBServer
 from lockkit_core.testing.pgbouncer import PgBouncerServer
 
 PG_ALIAS = "pg"
+MY_ALIAS = "my"
+LITE_ALIAS = "lite"
 
 
 @pytest.fixture(scope="session")
@@ -30,15 +34,24 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(
-    request: pytest.FixtureRequest, django_db_modify_db_settings_parallel_suffix: None
+    request: pytest.FixtureRequest,
+    django_db_modify_db_settings_parallel_suffix: None,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    """Point the ``pg`` alias at :func:`postgres_server` before the test databases are made."""
+    """Point the ``pg`` alias at :func:`postgres_server`, ``my`` at the MariaDB of
+    tests/mariadb_fixtures.py and ``lite`` at a SQLite file of this session, before the test
+    databases are made; only the aliases a collected test uses start a server."""
     aliases, _ = _get_databases_for_setup(request.session.items)
-    if PG_ALIAS not in aliases:
-        return
-    server: PostgresServer = request.getfixturevalue("postgres_server")
     # The connection's settings dict is the one in settings.DATABASES: update it in place.
-    connections[PG_ALIAS].settings_dict.update(server.settings())
+    if PG_ALIAS in aliases:
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        connections[PG_ALIAS].settings_dict.update(server.settings())
+    if MY_ALIAS in aliases:
+        mariadb: MariaDBServer = request.getfixturevalue("mariadb_server")
+        connections[MY_ALIAS].settings_dict.update(mariadb.settings())
+    if LITE_ALIAS in aliases:
+        test = connections[LITE_ALIAS].settings_dict["TEST"]
+        test["NAME"] = str(tmp_path_factory.mktemp("lite") / "test.sqlite3")
 
 
 @pytest.fixture(scope="session")

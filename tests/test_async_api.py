@@ -193,6 +193,25 @@ def test_auto_renew_keeps_an_async_hold(store_url: str) -> None:
         asyncio.run(main())
 
 
+def test_detach_lets_go_of_an_asyncio_acquisition(kit: LockKit) -> None:
+    # detach() hands a hold to a batched store call (Backend.end_run); after it, the handle
+    # must not hold the lock any more, however it was acquired: a release through it would
+    # free the key under the batch's feet.
+    lock = kit.lock("k")
+
+    async def take() -> None:
+        assert await lock.aacquire()
+
+    asyncio.run(take())
+    hold, was_lost = lock.detach()
+    assert not was_lost
+    assert not lock.owned()
+    with pytest.raises(LockNotOwned):
+        lock.release()
+    assert kit.admin.info("k") is not None, "the detached lease is the batch's to free"
+    assert kit.backend.release(lock.full_key, hold.owner) is True
+
+
 def test_a_lost_lease_runs_on_lost_and_raises_on_leaving(kit: LockKit) -> None:
     lost: list[str] = []
 

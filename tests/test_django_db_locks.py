@@ -78,7 +78,7 @@ def test_migrate_prints_the_ddl_of_the_alias(pg_url: str) -> None:
 @pytest.mark.parametrize(
     ("url", "says"),
     [
-        ("django://nosuch", "DATABASES has: default, pg"),
+        ("django://nosuch", "DATABASES has: default, lite, my, pg"),
         ("django://default", "in-memory SQLite"),
         ("django://pg?colour=red", "unknown option"),
     ],

@@ -1,6 +1,7 @@
-"""fenced_update and optimistic_update with real lock tokens, on SQLite and on a real
-PostgreSQL (the ``pg`` alias, tests/postgres_fixtures.py). The race between processes on
-PostgreSQL is in test_django_fence_race.py."""
+"""fenced_update and optimistic_update with real lock tokens, on SQLite (in memory and in a
+file), a real PostgreSQL (the ``pg`` alias, tests/postgres_fixtures.py) and a real MariaDB
+(``my``, tests/mariadb_fixtures.py). The race between processes on PostgreSQL is in
+test_django_fence_race.py."""
 
 from __future__ import annotations
 
@@ -11,20 +12,47 @@ from djproject.models import Account
 from lockkit_core import ConfigError, LockKit, LockNotOwned
 from lockkit_django.fencing import fenced_update, optimistic_update
 
+VENDORS = {"default": "sqlite", "lite": "sqlite", "pg": "postgresql", "my": "mysql"}
+
 #: each database the helpers are tested on, with the django_db mark that opens it
 DATABASES = [
     pytest.param("default", marks=pytest.mark.django_db, id="sqlite"),
+    pytest.param("lite", marks=pytest.mark.django_db(databases=["lite"]), id="sqlite-file"),
     pytest.param(
         "pg",
         marks=[pytest.mark.postgresql, pytest.mark.django_db(databases=["pg"])],
         id="postgresql",
+    ),
+    pytest.param(
+        "my",
+        marks=[pytest.mark.mysql, pytest.mark.django_db(databases=["my"])],
+        id="mariadb",
+    ),
+]
+
+#: the databases that are also the lock store (``django://ALIAS``); committed rows
+#: (``transaction=True``): SQLite lets one writer at a time, and the store writes on a
+#: connection of its own
+OWN_STORES = [
+    pytest.param(
+        "lite", marks=pytest.mark.django_db(databases=["lite"], transaction=True), id="sqlite"
+    ),
+    pytest.param(
+        "pg",
+        marks=[pytest.mark.postgresql, pytest.mark.django_db(databases=["pg"], transaction=True)],
+        id="postgresql",
+    ),
+    pytest.param(
+        "my",
+        marks=[pytest.mark.mysql, pytest.mark.django_db(databases=["my"], transaction=True)],
+        id="mariadb",
     ),
 ]
 
 
 @pytest.mark.parametrize("alias", DATABASES)
 def test_a_stale_holder_cannot_overwrite_a_newer_holder(alias: str) -> None:
-    assert connections[alias].vendor == {"default": "sqlite", "pg": "postgresql"}[alias]
+    assert connections[alias].vendor == VENDORS[alias]
     account = Account.objects.using(alias).create(balance=100)
     row = Account.objects.using(alias).filter(pk=account.pk)
     with LockKit("memory://fence") as kit:
@@ -40,7 +68,37 @@ def test_a_stale_holder_cannot_overwrite_a_newer_holder(alias: str) -> None:
         assert not fenced_update(row, old_token, balance=999)  # the stale write is refused
         with pytest.raises(LockNotOwned):
             stale.release()
-    account.refresh_from_db()
+    account.refresh_from_db(using=alias)
+    assert (account.balance, account.fence) == (50, new_token)
+
+
+@pytest.mark.parametrize("alias", OWN_STORES)
+def test_the_databases_own_lock_fences_a_holder_whose_lease_ran_out(alias: str) -> None:
+    """The lock in the same database (``django://ALIAS``): the stale holder's lease ends by the
+    database clock, a successor takes the row over with a higher fence, and the stale
+    holder's write is refused."""
+    assert connections[alias].vendor == VENDORS[alias]
+    row = Account.objects.using(alias).filter(
+        pk=Account.objects.using(alias).create(balance=100).pk
+    )
+    with (
+        LockKit(f"django://{alias}", namespace="fence") as a,
+        LockKit(f"django://{alias}", namespace="fence") as b,
+    ):
+        stale = a.lock("account:1", ttl=0.5, auto_renew=False, reentrant=False)
+        assert stale.acquire(timeout=0)
+        old_token = stale.token
+        assert old_token is not None
+        assert fenced_update(row, old_token, balance=90)
+        with b.lock("account:1", timeout=10, reentrant=False) as fresh:  # after the expiry
+            new_token = fresh.token
+            assert new_token is not None and new_token > old_token
+            assert fenced_update(row, new_token, balance=50)
+            assert not fenced_update(row, old_token, balance=999)  # while the successor holds
+        assert not fenced_update(row, old_token, balance=999)  # and after it left
+        with pytest.raises(LockNotOwned):
+            stale.release()
+    account = row.get()
     assert (account.balance, account.fence) == (50, new_token)
 
 

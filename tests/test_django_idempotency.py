@@ -21,9 +21,9 @@ from django.test import AsyncClient, Client, override_settings
 from djchecks import run_checks
 from djproject import idem_views
 from djproject.models import Charge
+from idempotency_stores import STORES, idempotency_store
 
 from lockkit_core import ConfigError
-from lockkit_core.testing import RedisServer
 from lockkit_core.testing.servers import free_port
 from lockkit_django import PROBLEM_JSON, get_kit, idempotent
 
@@ -38,29 +38,10 @@ AUTH = "Token 6f1e0c2b9a8d"
 BODY = json.dumps({"amount": 1200})
 
 
-@pytest.fixture(params=["file", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(params=STORES)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
     """LOCKKIT and CACHES for one store; yields the LOCKKIT mapping."""
-    if request.param == "file":
-        url = f"file://{tmp_path}/locks"
-        cache = {
-            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
-            "LOCATION": str(tmp_path / "responses"),
-        }
-    else:
-        server: RedisServer = request.getfixturevalue("redis_server")
-        url = server.url
-        cache = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}
-    lockkit = {
-        "URL": url,
-        "NAMESPACE": f"idem-{time.monotonic_ns()}",  # a fresh scope on the shared redis
-        "IDEMPOTENCY": {"PATHS": [r"^/mw-idem/"], "CACHE": "idempotency"},
-    }
-    caches = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-    with override_settings(LOCKKIT=lockkit, CACHES={**caches, "idempotency": cache}):
-        from django.core.cache import caches as handler
-
-        handler["idempotency"].clear()
+    with idempotency_store(request, tmp_path, "idem") as lockkit:
         yield lockkit
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,7 @@ from django.contrib.auth.models import User
 from django.test import Client, override_settings
 from djchecks import run_checks
 from djproject.models import Charge
-
-from lockkit_core.testing import RedisServer
+from idempotency_stores import STORES, idempotency_store
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,28 +30,10 @@ ALICE = "Token 4f9c2a7e1b3d5c6a8e0f"
 BOB = "Token 9a8b7c6d5e4f3a2b1c0d"
 
 
-@pytest.fixture(params=["file", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(params=STORES)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    if request.param == "file":
-        url = f"file://{tmp_path}/locks"
-        cache = {
-            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
-            "LOCATION": str(tmp_path / "responses"),
-        }
-    else:
-        server: RedisServer = request.getfixturevalue("redis_server")
-        url = server.url
-        cache = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}
-    lockkit = {
-        "URL": url,
-        "NAMESPACE": f"idem-p-{time.monotonic_ns()}",
-        "IDEMPOTENCY": {"PATHS": [r"^/mw-idem/"], "CACHE": "idempotency"},
-    }
-    caches = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-    with override_settings(LOCKKIT=lockkit, CACHES={**caches, "idempotency": cache}):
-        from django.core.cache import caches as handler
-
-        handler["idempotency"].clear()
+    """LOCKKIT and CACHES for one store; yields the LOCKKIT mapping."""
+    with idempotency_store(request, tmp_path, "idem-p") as lockkit:
         yield lockkit
 
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from file_processes import (
     start,
     stop,
 )
+from polling import wait_until
 
 from lockkit_core import LockKit
 from lockkit_core.backends.base import owner_hint
@@ -127,14 +129,6 @@ def queue_up(
     return proc
 
 
-def wait_until(condition: object, timeout: float = 10.0) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "gave up waiting"
-        time.sleep(0.005)
-
-
 @pytest.fixture(params=["bell", "polling"])
 def bells(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Waiters woken by a datagram (on Linux), and waiters that only look at the record."""
@@ -215,81 +209,80 @@ def test_a_waiter_that_gives_up_passes_a_handed_lock_on(url: str, bells: str) ->
             backend.close()
 
 
-def test_a_waiter_that_times_out_leaves_no_ghost(kit: LockKit, url: str) -> None:
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[str]]]:
+    """The processes a test starts (it appends them): each is killed, if still running, and
+    reaped afterwards, even one the test left stopped."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        stop(proc)  # SIGKILL ends a stopped process as well
+
+
+def test_a_waiter_that_times_out_leaves_no_ghost(
+    kit: LockKit, url: str, procs: list[subprocess.Popen[str]]
+) -> None:
     held = kit.lock("ghost", ttl=30)
     assert held.acquire()
-    procs = []
-    try:
-        # Both processes are started first, so the second joins the queue well before the
-        # first gives up, however slowly a loaded machine starts Python.
-        procs.append(late := ready_waiter(url, "ghost", "10", "30"))
-        procs.append(early := ready_waiter(url, "ghost", "0.4", "30"))
-        queue_up(url, "ghost", "0.4", "30", early)
-        queue_up(url, "ghost", "10", "30", late)
-        assert read_line(early) == "timeout"
-        assert len(queue_of(url, "ghost")) == 1, "the waiter that gave up left the queue"
-        began = time.monotonic()
-        held.release()
-        assert read_line(late).split()[0] == "acquired"
-        assert time.monotonic() - began < 0.5
-        info = kit.admin.info("ghost")
-        assert info is not None and info.holder is not None
-        assert info.holder.endswith(f"pid {late.pid}")
-        assert ask(late, "release") == "released"
-        assert kit.admin.info("ghost") is None
-    finally:
-        for proc in procs:
-            stop(proc)
+    # Both processes are started first, so the second joins the queue well before the
+    # first gives up, however slowly a loaded machine starts Python.
+    procs.append(late := ready_waiter(url, "ghost", "10", "30"))
+    procs.append(early := ready_waiter(url, "ghost", "0.4", "30"))
+    queue_up(url, "ghost", "0.4", "30", early)
+    queue_up(url, "ghost", "10", "30", late)
+    assert read_line(early) == "timeout"
+    assert len(queue_of(url, "ghost")) == 1, "the waiter that gave up left the queue"
+    began = time.monotonic()
+    held.release()
+    assert read_line(late).split()[0] == "acquired"
+    assert time.monotonic() - began < 0.5
+    info = kit.admin.info("ghost")
+    assert info is not None and info.holder is not None
+    assert info.holder.endswith(f"pid {late.pid}")
+    assert ask(late, "release") == "released"
+    assert kit.admin.info("ghost") is None
 
 
-def test_a_killed_waiter_does_not_hold_up_the_queue(kit: LockKit, url: str) -> None:
+def test_a_killed_waiter_does_not_hold_up_the_queue(
+    kit: LockKit, url: str, procs: list[subprocess.Popen[str]]
+) -> None:
     held = kit.lock("killed", ttl=30)
     assert held.acquire()
-    procs = []
-    try:
-        for _ in range(3):
-            procs.append(queue_up(url, "killed", "10", "30"))
-        first, second, third = procs
-        first.send_signal(signal.SIGKILL)
-        first.wait(10)  # reaped: its pid is gone
-        began = time.monotonic()
-        held.release()  # skips the dead waiter
-        assert read_line(second).split()[0] == "acquired"
-        assert time.monotonic() - began < 0.5
-        assert len(queue_of(url, "killed")) == 1
-        second.send_signal(signal.SIGKILL)  # dies holding the lock handed to it
-        second.wait(10)
-        began = time.monotonic()
-        assert read_line(third).split()[0] == "acquired"
-        assert time.monotonic() - began < 0.5, "the dead holder's lease was 30 s"
-        assert ask(third, "release") == "released"
-        assert kit.admin.info("killed") is None
-    finally:
-        for proc in procs:
-            stop(proc)
+    for _ in range(3):
+        procs.append(queue_up(url, "killed", "10", "30"))
+    first, second, third = procs
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)  # reaped: its pid is gone
+    began = time.monotonic()
+    held.release()  # skips the dead waiter
+    assert read_line(second).split()[0] == "acquired"
+    assert time.monotonic() - began < 0.5
+    assert len(queue_of(url, "killed")) == 1
+    second.send_signal(signal.SIGKILL)  # dies holding the lock handed to it
+    second.wait(10)
+    began = time.monotonic()
+    assert read_line(third).split()[0] == "acquired"
+    assert time.monotonic() - began < 0.5, "the dead holder's lease was 30 s"
+    assert ask(third, "release") == "released"
+    assert kit.admin.info("killed") is None
 
 
-def test_a_stopped_waiters_entry_lapses(kit: LockKit, url: str) -> None:
+def test_a_stopped_waiters_entry_lapses(
+    kit: LockKit, url: str, procs: list[subprocess.Popen[str]]
+) -> None:
     held = kit.lock("stopped", ttl=30)
     assert held.acquire()
-    procs = []
-    try:
-        procs.append(stopped := queue_up(url, "stopped", "10", "0.3"))
-        procs.append(patient := queue_up(url, "stopped", "10", "30"))
-        pause_outside_flock(stopped)
-        time.sleep(0.7)  # its entry lives twice its 0.3 s lease unless renewed
-        held.release()
-        assert read_line(patient).split()[0] == "acquired"
-        stopped.send_signal(signal.SIGCONT)  # queues again, behind the holder
-        wait_until(lambda: len(queue_of(url, "stopped")) == 1)
-        assert ask(patient, "release") == "released"
-        assert read_line(stopped).split()[0] == "acquired"
-        assert ask(stopped, "release") in ("released", "lost")  # its lease is 0.3 s
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-            stop(proc)
+    procs.append(stopped := queue_up(url, "stopped", "10", "0.3"))
+    procs.append(patient := queue_up(url, "stopped", "10", "30"))
+    pause_outside_flock(stopped)
+    time.sleep(0.7)  # its entry lives twice its 0.3 s lease unless renewed
+    held.release()
+    assert read_line(patient).split()[0] == "acquired"
+    stopped.send_signal(signal.SIGCONT)  # queues again, behind the holder
+    wait_until(lambda: len(queue_of(url, "stopped")) == 1)
+    assert ask(patient, "release") == "released"
+    assert read_line(stopped).split()[0] == "acquired"
+    assert ask(stopped, "release") in ("released", "lost")  # its lease is 0.3 s
 
 
 def test_a_lapsed_lease_goes_to_the_queue_not_to_a_non_blocking_caller(

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import secrets
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -145,3 +147,48 @@ def test_uncontended_acquire_and_release_take_two_round_trips(
         assert sent[0] == 2
     finally:
         backend.close()
+
+
+#: a process in which Django's MySQL backend runs on PyMySQL (``pymysql.install_as_MySQLdb()``,
+#: as Django projects without mysqlclient do), then takes a lock on a database with no table
+_AS_MYSQLDB = """
+import sys
+import pymysql
+pymysql.install_as_MySQLdb()
+import MySQLdb.converters  # what django.db.backends.mysql imports
+from lockkit_core import LockKit
+with LockKit(sys.argv[1]) as kit, kit.lock("k") as held:
+    print(held.token)
+"""
+
+
+def test_errors_are_translated_when_pymysql_also_serves_as_mysqldb(
+    mariadb_server: MariaDBServer, fresh_db: str
+) -> None:
+    """Importing ``MySQLdb.converters`` through the alias loads a second copy of PyMySQL's
+    error module and rebinds ``pymysql.err`` to it; the driver still raises the first copy's
+    classes, which must be the ones caught (here: "no table", which makes the table)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _AS_MYSQLDB, _url(mariadb_server, fresh_db)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "1"
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("mysql://u@127.0.0.1:3306/", "one database name"),
+        ("mysql://u@127.0.0.1:3306/a/b", "one database name"),
+        ("mysql://u@127.0.0.1:3306/db?table=x;drop", "not allowed"),
+        ("mysql://u@127.0.0.1:3306/db?connect_timeout=0", "positive"),
+        ("mysql://u@127.0.0.1:3306/db?colour=red", "unknown option"),
+    ],
+)
+def test_bad_urls_are_config_errors(url: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        LockKit(url)

@@ -131,6 +131,28 @@ def test_locked_decorator_labels_its_template(otel: Otel) -> None:
         assert point.attributes["lockkit.key_template"] == "report:{day}"
 
 
+def test_locks_of_one_template_share_one_set_of_attributes() -> None:
+    # The web guard and the task adapters make a lock per request or task run: the
+    # attribute mappings of its metrics are built once per template, not once per lock.
+    from lockkit_core import observe
+
+    with _kit() as kit:
+        first = kit.lock("order:1", template="order:{order_id}")
+        second = kit.lock("order:2", template="order:{order_id}")
+        assert first.labels is second.labels
+        other = kit.lock("seat:1", template="seat:{seat}").labels
+        assert other is not first.labels
+        assert other.common["lockkit.key_template"] == "seat:{seat}"
+        # Templates come from code, but one made from user input must not grow the cache
+        # without end: past the bound each lock builds its own again.
+        for n in range(observe.TEMPLATES_KEPT + 10):
+            labels = kit.lock(f"k:{n}", template=f"k:{n}").labels
+            assert labels.outcome["timeout"]["lockkit.key_template"] == f"k:{n}"
+        assert kit.lock("order:3", template="order:{order_id}").labels is first.labels
+        late = f"k:{observe.TEMPLATES_KEPT + 5}"
+        assert kit.lock("x", template=late).labels is not kit.lock("y", template=late).labels
+
+
 def test_the_acquire_span_is_a_child_of_the_caller_s_span(otel: Otel) -> None:
     from opentelemetry import trace
 
@@ -169,6 +191,73 @@ def test_the_grafana_dashboard_queries_only_series_lockkit_exports() -> None:
     labels |= {"lockkit_action"}
     assert queried - labels, "the dashboard queries nothing"
     assert queried - labels <= exported, queried - labels - exported
+
+
+def test_the_api_global_read_before_each_span_is_still_there() -> None:
+    # Until an app sets a tracer provider, observe reads the API's global instead of calling
+    # get_tracer_provider(), which looks in os.environ each time (1.7 µs per acquire). Were
+    # the name gone, spans would still be right, only that much slower: say so here.
+    from opentelemetry import trace
+
+    assert hasattr(trace, "_TRACER_PROVIDER")
+
+
+_LATE_SDK = """
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from lockkit_core import LockKit
+
+kit = LockKit("memory://late", namespace="late", auto_renew=False)
+with kit.lock("k"):  # before the app set anything up: nothing to record to
+    pass
+reader, spans = InMemoryMetricReader(), InMemorySpanExporter()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+tracer = {tracer}
+trace.set_tracer_provider(tracer)
+with kit.lock("k"):
+    pass
+[metric] = [
+    metric
+    for scope in reader.get_metrics_data().resource_metrics[0].scope_metrics
+    for metric in scope.metrics
+    if metric.name == "lockkit.lock.wait.duration"
+]
+[point] = metric.data.data_points
+print(point.count, [dict(span.attributes) for span in spans.get_finished_spans()])
+"""
+
+
+@pytest.mark.parametrize(
+    ("tracer", "spans"),
+    [
+        ("TracerProvider(); tracer.add_span_processor(SimpleSpanProcessor(spans))", 1),
+        ("trace.NoOpTracerProvider()", 0),
+    ],
+    ids=["sdk", "no-op"],
+)
+def test_an_sdk_set_up_after_the_first_acquire_receives_the_next(tracer: str, spans: int) -> None:
+    import ast
+    import subprocess
+    import sys
+
+    script = _LATE_SDK.replace("{tracer}", tracer)
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    count, attributes = done.stdout.split(" ", 1)
+    assert int(count) == 1  # the acquire after set-up, not the one before
+    expected = {
+        "lockkit.backend": "memory",
+        "lockkit.namespace": "late",
+        "lockkit.outcome": "acquired",
+        "lockkit.token": 2,
+    }
+    assert ast.literal_eval(attributes) == [expected] * spans
 
 
 def test_without_opentelemetry_installed_locks_work_and_record_nothing() -> None:

@@ -13,19 +13,13 @@ from typing import Any
 import pytest
 import redis
 from holders import Holder
+from polling import wait_until
 
 from lockkit_core import BackendUnavailable, LockKit
 from lockkit_core.backends.base import owner_id
 from lockkit_core.testing import RedisServer, TcpProxy
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
-
-
-def _wait_until(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition never became true"
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -36,6 +30,18 @@ def namespace() -> str:
 @pytest.fixture
 def raw(redis_server: RedisServer) -> redis.Redis:
     return redis.Redis.from_url(redis_server.url)
+
+
+@pytest.fixture
+def kits(redis_server: RedisServer, namespace: str) -> Iterator[tuple[LockKit, LockKit]]:
+    """The holder's kit and the waiters' kit: two clients, each with its release listener."""
+    kit = LockKit(redis_server.url, namespace=namespace)
+    other = LockKit(redis_server.url, namespace=namespace)
+    try:
+        yield kit, other
+    finally:
+        kit.close()
+        other.close()
 
 
 def _queued(raw: redis.Redis, namespace: str, key: str) -> int:
@@ -64,43 +70,37 @@ class _Waiter(threading.Thread):
 
 
 def test_a_waiter_with_a_short_ttl_is_handed_a_long_lease(
-    redis_server: RedisServer, raw: redis.Redis, namespace: str
+    kits: tuple[LockKit, LockKit], raw: redis.Redis, namespace: str
 ) -> None:
-    kit = LockKit(redis_server.url, namespace=namespace)
-    other = LockKit(redis_server.url, namespace=namespace)
-    try:
-        holder = kit.lock("k", ttl=6, auto_renew=False)
-        assert holder.acquire()
-        waiter = _Waiter(other, "k", ttl=0.5, timeout=15)
-        _wait_until(lambda: _queued(raw, namespace, "k") == 1)
-        time.sleep(1.0)
-        holder.extend(6)  # the waiter's ttl is long past, the holder's lease longer still
-        time.sleep(2.0)
-        holder.release()
-        released = time.monotonic()
-        waiter.join(15)
-        assert waiter.result is True
-        assert waiter.at is not None
-        assert waiter.at - released < 0.3, f"handed over {waiter.at - released:.3f} s late"
-    finally:
-        kit.close()
-        other.close()
+    kit, other = kits
+    holder = kit.lock("k", ttl=6, auto_renew=False)
+    assert holder.acquire()
+    waiter = _Waiter(other, "k", ttl=0.5, timeout=15)
+    wait_until(lambda: _queued(raw, namespace, "k") == 1)
+    time.sleep(1.0)
+    holder.extend(6)  # the waiter's ttl is long past, the holder's lease longer still
+    time.sleep(2.0)
+    holder.release()
+    released = time.monotonic()
+    waiter.join(15)
+    assert waiter.result is True
+    assert waiter.at is not None
+    assert waiter.at - released < 0.3, f"handed over {waiter.at - released:.3f} s late"
 
 
 def test_a_killed_waiter_does_not_hold_up_the_next_one(
-    redis_server: RedisServer, raw: redis.Redis, namespace: str
+    redis_server: RedisServer, kits: tuple[LockKit, LockKit], raw: redis.Redis, namespace: str
 ) -> None:
-    kit = LockKit(redis_server.url, namespace=namespace)
-    other = LockKit(redis_server.url, namespace=namespace)
+    kit, other = kits
     holder = kit.lock("k", ttl=10, auto_renew=False)
     assert holder.acquire()
     dead = Holder(redis_server.url, namespace, "k", ttl=10.0, auto_renew=True)
     try:
-        _wait_until(lambda: _queued(raw, namespace, "k") == 1, timeout=10)
+        wait_until(lambda: _queued(raw, namespace, "k") == 1, timeout=10)
         dead.signal(signal.SIGKILL)
         dead.proc.wait(5)
         waiter = _Waiter(other, "k", ttl=10, timeout=8)
-        _wait_until(lambda: _queued(raw, namespace, "k") == 2)
+        wait_until(lambda: _queued(raw, namespace, "k") == 2)
         holder.release()
         released = time.monotonic()
         waiter.join(10)
@@ -108,8 +108,6 @@ def test_a_killed_waiter_does_not_hold_up_the_next_one(
         assert waiter.at is not None and waiter.at - released < 1.0
     finally:
         dead.close()
-        kit.close()
-        other.close()
 
 
 @pytest.fixture
@@ -126,16 +124,15 @@ def _listen_through(kit: LockKit, proxy: TcpProxy) -> None:
 
 
 def test_a_half_open_listener_costs_a_short_delay_not_a_lease(
-    redis_server: RedisServer, raw: redis.Redis, namespace: str, listener_proxy: TcpProxy
+    listener_proxy: TcpProxy, kits: tuple[LockKit, LockKit], raw: redis.Redis, namespace: str
 ) -> None:
-    kit = LockKit(redis_server.url, namespace=namespace)
-    waiting = LockKit(redis_server.url, namespace=namespace)
+    kit, waiting = kits
     _listen_through(waiting, listener_proxy)
     try:
         holder = kit.lock("k", ttl=30, auto_renew=False)
         assert holder.acquire()
         waiter = _Waiter(waiting, "k", ttl=5, timeout=10)
-        _wait_until(lambda: _queued(raw, namespace, "k") == 1)
+        wait_until(lambda: _queued(raw, namespace, "k") == 1)
         assert listener_proxy.connections() == 1
         listener_proxy.partition()  # no RST, no FIN: the listener hears nothing more
         time.sleep(0.3)
@@ -147,47 +144,38 @@ def test_a_half_open_listener_costs_a_short_delay_not_a_lease(
         # Later waits work as well, whether or not the listener is back yet.
         with kit.lock("k", auto_renew=False):
             later = _Waiter(waiting, "k", ttl=5, timeout=10)
-            _wait_until(lambda: _queued(raw, namespace, "k") == 1)
+            wait_until(lambda: _queued(raw, namespace, "k") == 1)
             released = time.monotonic()
         later.join(10)
         assert later.result is True and later.at is not None and later.at - released < 2.5
     finally:
         listener_proxy.heal()
-        kit.close()
-        waiting.close()
 
 
 def test_a_notice_for_a_waiter_that_left_without_a_word_is_passed_on(
-    redis_server: RedisServer, raw: redis.Redis, namespace: str
+    kits: tuple[LockKit, LockKit], raw: redis.Redis, namespace: str
 ) -> None:
-    kit = LockKit(redis_server.url, namespace=namespace)
-    other = LockKit(redis_server.url, namespace=namespace)
-    try:
-        holder = kit.lock("k", ttl=10, auto_renew=False)
-        assert holder.acquire()
-        # A waiter of `other` queues, then gives up as it does after an outage: no round trip.
-        backend = other.backend
-        full_key, owner = f"{namespace}:k", "e" * 32
-        # fair=True: a fair=False head is left for at its time to ask (test_redis_barging)
-        gone = backend.waiter(full_key, owner, True)
-        assert backend.try_acquire(full_key, owner, 10.0).acquired is False
-        gone.close(False, reachable=False)
-        # Its queue is left in the background; a release before that lands hands the lock to
-        # it, and its process passes it on. Either way the live waiter gets it at once.
-        waiter = _Waiter(other, "k", ttl=10, timeout=8)
-        queue = f"lockkit:{{{namespace}:k}}:q"
-        gone_id = owner_id(owner)
-        _wait_until(
-            lambda: _queued(raw, namespace, "k") - (raw.zscore(queue, gone_id) is not None) == 1
-        )
-        holder.release()
-        released = time.monotonic()
-        waiter.join(10)
-        assert waiter.result is True, f"the live waiter got {waiter.result!r}"
-        assert waiter.at is not None and waiter.at - released < 1.0
-    finally:
-        kit.close()
-        other.close()
+    kit, other = kits
+    holder = kit.lock("k", ttl=10, auto_renew=False)
+    assert holder.acquire()
+    # A waiter of `other` queues, then gives up as it does after an outage: no round trip.
+    backend = other.backend
+    full_key, owner = f"{namespace}:k", "e" * 32
+    # fair=True: a fair=False head is left for at its time to ask (test_redis_barging)
+    gone = backend.waiter(full_key, owner, True)
+    assert backend.try_acquire(full_key, owner, 10.0).acquired is False
+    gone.close(False, reachable=False)
+    # Its queue is left in the background; a release before that lands hands the lock to
+    # it, and its process passes it on. Either way the live waiter gets it at once.
+    waiter = _Waiter(other, "k", ttl=10, timeout=8)
+    queue = f"lockkit:{{{namespace}:k}}:q"
+    gone_id = owner_id(owner)
+    wait_until(lambda: _queued(raw, namespace, "k") - (raw.zscore(queue, gone_id) is not None) == 1)
+    holder.release()
+    released = time.monotonic()
+    waiter.join(10)
+    assert waiter.result is True, f"the live waiter got {waiter.result!r}"
+    assert waiter.at is not None and waiter.at - released < 1.0
 
 
 def test_an_outage_while_queued_costs_one_socket_timeout_not_two(namespace: str) -> None:

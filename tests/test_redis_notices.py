@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+from polling import wait_until
 
 from lockkit_core import LockKit
 from lockkit_core.backends.base import owner_id
@@ -21,13 +22,6 @@ pytestmark = pytest.mark.redis
 
 #: the largest token a Lua number can still count up from; a floor there ends every lock
 HUGE = 2**53 - 1
-
-
-def _wait_until(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition never became true"
-        time.sleep(0.005)
 
 
 @pytest.fixture
@@ -119,7 +113,7 @@ def test_a_forged_hand_over_notice_does_not_grant_a_held_lock(
     assert holder.acquire(timeout=1)
     assert holder.owner is not None and holder.token is not None
     waiter = _Acquire(waiting_kit, "k", timeout=1.0, fair=fair)
-    _wait_until(lambda: _queued(raw, namespace, "k"))
+    wait_until(lambda: _queued(raw, namespace, "k"))
     assert _forge(raw, namespace, "k", str(holder.token + 1)) == 1
     waiter.join(5)
     assert waiter.result is False, f"a forged notice made acquire() return {waiter.result!r}"
@@ -138,7 +132,7 @@ def test_a_forged_huge_token_raises_no_floor(
     holder = holder_kit.lock("k")
     assert holder.acquire(timeout=1)
     waiter = _Acquire(waiting_kit, "k", timeout=5.0, fair=True)
-    _wait_until(lambda: _queued(raw, namespace, "k"))
+    wait_until(lambda: _queued(raw, namespace, "k"))
     assert _forge(raw, namespace, "k", str(HUGE)) == 1
     time.sleep(0.2)
     # a normal lock of the waiter's kit, on another key, takes the store's next token
@@ -166,7 +160,7 @@ def test_the_real_hand_over_arrives_within_milliseconds(
     first = holder.token
     assert first is not None
     waiter = _Acquire(waiting_kit, "k", timeout=10.0, fair=fair)
-    _wait_until(lambda: _queued(raw, namespace, "k"))
+    wait_until(lambda: _queued(raw, namespace, "k"))
     time.sleep(0.05)  # the head is no longer young: the release hands the lock over
     released = time.monotonic()
     holder.release()
@@ -186,7 +180,7 @@ def test_malformed_notices_neither_stop_the_listener_nor_wake_anyone_for_long(
     holder = holder_kit.lock("k", ttl=30)
     assert holder.acquire(timeout=1)
     waiter = _Acquire(waiting_kit, "k", timeout=10.0, fair=True)
-    _wait_until(lambda: _queued(raw, namespace, "k"))
+    wait_until(lambda: _queued(raw, namespace, "k"))
     # digits that are not ASCII, more digits than int() reads, and a pause of a day
     for payload in ("\u00b2", "@\u00b2", "9" * 5000, "@" + "9" * 5000, "@", "", "@86400000"):
         assert _forge(raw, namespace, "k", payload) == 1
@@ -216,13 +210,13 @@ def test_an_ask_again_notice_never_puts_a_waiter_off(
         soon = time.monotonic() + 0.005
         waiter.ask_at = soon
         assert raw.publish(backend._listener.channel, f"{waiter.id}|@86400000") == 1
-        _wait_until(waiter.event.is_set)
+        wait_until(waiter.event.is_set)
         assert waiter.ask_at == soon
         waiter.event.clear()
         waiter.ask_at = None
         sent = time.monotonic()
         assert raw.publish(backend._listener.channel, f"{waiter.id}|@86400000") == 1
-        _wait_until(waiter.event.is_set)
+        wait_until(waiter.event.is_set)
         assert waiter.ask_at is not None and waiter.ask_at <= time.monotonic() + 0.01
         assert waiter.ask_at >= sent
     finally:

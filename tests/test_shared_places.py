@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from holders import Holder
+from many_kits import kits_on
+from polling import wait_until
 
 from lockkit_core import LockKit, LockLost, LockTimeout
 from lockkit_core.backends.base import Capability, capability_names
@@ -62,17 +64,8 @@ def namespace() -> str:
 
 @pytest.fixture
 def kits(url: str, namespace: str) -> Iterator[list[LockKit]]:
-    made = [LockKit(url, namespace=namespace) for _ in range(4)]
-    yield made
-    for kit in made:
-        kit.close()
-
-
-def _until(predicate: object, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition never became true"
-        time.sleep(0.005)
+    with kits_on(url, namespace, 4) as made:
+        yield made
 
 
 def test_the_backends_say_they_have_shared_places(url: str) -> None:
@@ -146,7 +139,7 @@ def test_a_semaphore_admits_at_most_its_limit_in_arrival_order(kits: list[LockKi
         sem = kits[2 + i].semaphore("jobs", limit=2, timeout=10)
         with sem:
             order.append(i)
-            _until(lambda: len(order) == 2)
+            wait_until(lambda: len(order) == 2)
 
     threads = [threading.Thread(target=wait_place, args=(i,)) for i in range(2)]
     for t in threads:
@@ -154,7 +147,7 @@ def test_a_semaphore_admits_at_most_its_limit_in_arrival_order(kits: list[LockKi
         time.sleep(0.15)  # each queues before the next
     assert order == []
     held[1].release()
-    _until(lambda: order == [0])
+    wait_until(lambda: order == [0])
     time.sleep(0.1)
     assert order == [0], "one place came free: only the first waiter gets it"
     held[0].release()
@@ -174,7 +167,7 @@ def test_a_place_not_renewed_runs_out_its_holder_is_told_and_others_get_in(
         waited = time.monotonic() - started
         assert 0.3 < waited < 2.5, waited
         assert taker.token is not None and taker.token > (holder.token or 0)
-    _until(lambda: lost == [holder])
+    wait_until(lambda: lost == [holder])
     assert holder.lost
     with pytest.raises(LockLost):
         holder.check()

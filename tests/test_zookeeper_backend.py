@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from many_kits import kits_on
 
 from lockkit_core import BackendUnavailable, ConfigError, LockKit
 from lockkit_core.backends.zookeeper import ZooKeeperBackend
@@ -31,10 +32,8 @@ def namespace() -> str:
 
 @pytest.fixture
 def kits(url: str, namespace: str) -> Iterator[list[LockKit]]:
-    made = [LockKit(url, namespace=namespace) for _ in range(9)]
-    yield made
-    for kit in made:
-        kit.close()
+    with kits_on(url, namespace, 9) as made:
+        yield made
 
 
 def _contenders(kit: LockKit, key: str) -> list[str]:

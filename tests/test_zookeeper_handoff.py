@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from many_kits import kits_on
+from polling import wait_until
 
 from lockkit_core import Lock, LockKit
 from lockkit_core.backends.zookeeper import ZooKeeperBackend
@@ -41,10 +43,8 @@ _REQUESTS = (
 def kits(zookeeper_server: ZooKeeperServer) -> Iterator[list[LockKit]]:
     namespace = f"zh{uuid.uuid4().hex[:10]}"
     url = zookeeper_server.url + "?session_timeout=4&socket_timeout=2"
-    made = [LockKit(url, namespace=namespace) for _ in range(3)]
-    yield made
-    for kit in made:
-        kit.close()
+    with kits_on(url, namespace, 3) as made:
+        yield made
 
 
 def _count_requests(kit: LockKit) -> Counter[str]:
@@ -79,14 +79,7 @@ def _watches_set(server: ZooKeeperServer, kit: LockKit, key: str) -> None:
     full = f"{kit.namespace}:{key}"
     parent = backend.tree.parent(full)
     ahead = {f"{parent}/{name}" for name in backend.session.run(backend.tree.children(full))[:-1]}
-    _until(lambda: ahead <= set(four_letter(server.port, "wchp").split()))
-
-
-def _until(check: Callable[[], bool], within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
+    wait_until(lambda: ahead <= set(four_letter(server.port, "wchp").split()))
 
 
 class _Contender:
@@ -116,17 +109,27 @@ class _Contender:
         assert not self.errors, self.errors[0]
 
 
+def _held_with_two_waiting(
+    kits: list[LockKit], server: ZooKeeperServer, key: str
+) -> tuple[Lock, _Contender, _Contender]:
+    """``key`` held through the first kit, and a contender of each of the next two queued
+    behind it in that order, each watching the node ahead of it."""
+    holder, first_kit, second_kit = kits
+    held = holder.lock(key)
+    assert held.acquire()
+    first = _Contender(first_kit.lock(key))
+    wait_until(lambda: _queued(holder, key) == 2)
+    second = _Contender(second_kit.lock(key))
+    wait_until(lambda: _queued(holder, key) == 3)
+    _watches_set(server, holder, key)
+    return held, first, second
+
+
 def test_a_release_hands_off_with_no_request_and_wakes_nobody_else(
     kits: list[LockKit], zookeeper_server: ZooKeeperServer
 ) -> None:
-    holder, first_kit, second_kit = kits
-    held = holder.lock("relay")
-    assert held.acquire()
-    first = _Contender(first_kit.lock("relay"))
-    _until(lambda: _queued(holder, "relay") == 2)
-    second = _Contender(second_kit.lock("relay"))
-    _until(lambda: _queued(holder, "relay") == 3)
-    _watches_set(zookeeper_server, holder, "relay")
+    _, first_kit, second_kit = kits
+    held, first, second = _held_with_two_waiting(kits, zookeeper_server, "relay")
     by_first, by_second = _count_requests(first_kit), _count_requests(second_kit)
     try:
         held.release()
@@ -152,14 +155,8 @@ def test_a_release_before_the_claim_claims_and_deletes_in_one_write(
     # The first waiter releases before its claim is sent: the release stamps and deletes its
     # node in one transaction, and the waiter behind (which queued behind a waiter, so only
     # that stamp tells it the node ahead held the lock) takes over on the notice alone.
-    holder, first_kit, second_kit = kits
-    held = holder.lock("quick")
-    assert held.acquire()
-    first = _Contender(first_kit.lock("quick"))
-    _until(lambda: _queued(holder, "quick") == 2)
-    second = _Contender(second_kit.lock("quick"))
-    _until(lambda: _queued(holder, "quick") == 3)
-    _watches_set(zookeeper_server, holder, "quick")
+    _, first_kit, second_kit = kits
+    held, first, second = _held_with_two_waiting(kits, zookeeper_server, "quick")
     by_first, by_second = _count_requests(first_kit), _count_requests(second_kit)
     try:
         first.go.set()  # it releases as soon as it holds
@@ -191,9 +188,9 @@ def test_a_holder_that_stops_renewing_is_removed_when_its_lease_ends(
         got.set()
 
     threading.Thread(target=take_and_keep, daemon=True).start()
-    _until(lambda: _queued(holder, "stale") == 2)
+    wait_until(lambda: _queued(holder, "stale") == 2)
     third = _Contender(third_kit.lock("stale"))
-    _until(lambda: _queued(holder, "stale") == 3)
+    wait_until(lambda: _queued(holder, "stale") == 3)
     _watches_set(zookeeper_server, holder, "stale")
     try:
         held.release()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
+from many_kits import kits_on
 
 from lockkit_core import ConfigError, LockKit, LockTimeout, NotSupported
 from lockkit_core.backends.zookeeper.backend import ZooKeeperBackend
@@ -23,10 +24,8 @@ pytestmark = pytest.mark.zookeeper
 def kits(zookeeper_server: ZooKeeperServer) -> Iterator[list[LockKit]]:
     url = zookeeper_server.url + "?session_timeout=4&socket_timeout=2"
     namespace = f"zs{uuid.uuid4().hex[:10]}"
-    made = [LockKit(url, namespace=namespace) for _ in range(6)]
-    yield made
-    for kit in made:
-        kit.close()
+    with kits_on(url, namespace, 6) as made:
+        yield made
 
 
 def test_readers_share_and_a_writer_waits_for_them(kits: list[LockKit]) -> None:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from ..errors import NotSupported
 from ..py310 import wait_at_most
@@ -29,6 +30,7 @@ __all__ = [
     "ExecutorOps",
     "LocalOps",
     "LoopEvent",
+    "PerLoop",
     "has_asyncio",
 ]
 
@@ -202,6 +204,28 @@ class ExecutorOps(AsyncOps):
 
     async def waiter(self, key: str, owner: str, fair: bool) -> AsyncWaiter:
         return AsyncSleepWaiter(cap=EXECUTOR_WAIT_CAP)
+
+
+OpsT = TypeVar("OpsT")
+
+
+class PerLoop(Generic[OpsT]):
+    """One value per event loop, made on the loop's first use and dropped with the loop: a
+    networked store's asyncio operations hold that loop's connections and futures."""
+
+    def __init__(self) -> None:
+        self._made: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, OpsT] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self, make: Callable[[], OpsT]) -> OpsT:
+        """The running loop's value, made with ``make()`` if it has none yet (call it from a
+        coroutine)."""
+        loop = asyncio.get_running_loop()
+        made = self._made.get(loop)
+        if made is None:
+            made = self._made[loop] = make()
+        return made
 
 
 def has_asyncio(backend: Backend) -> bool:

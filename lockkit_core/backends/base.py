@@ -3,7 +3,9 @@
 A backend is a thin, stateless-looking adapter over one store. It knows nothing of threads,
 reentrancy or renewal (``lockkit_core.lock`` does that); it offers atomic compare-and-act
 operations on ``(key, owner)`` pairs, where ``key`` is already namespaced and ``owner`` is a
-128-bit secret token, and a way to wait until a key may have become free.
+128-bit secret token, and a way to wait until a key may have become free (the ``Waiter`` protocol,
+:mod:`~lockkit_core.backends.waiter`). Read-write locks and semaphores are the shared places of
+:mod:`~lockkit_core.backends.shared_ops`, which ``Backend`` inherits.
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ from __future__ import annotations
 import enum
 import hashlib
 import math
-import random
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..errors import ConfigError, NotSupported
 from ..redact import HIDDEN, is_secret
 from ..url import LockURL
+from .shared_ops import SharedOps
+from .waiter import SleepWaiter, Waiter
 
 if TYPE_CHECKING:
     from .aio import AsyncOps
@@ -129,60 +131,7 @@ class Lease:
     waiters: int | None = None
 
 
-class Waiter(ABC):
-    """A registration to be woken when a key may have become free.
-
-    The protocol, as the acquire loop drives it (``Backend.waiter()`` makes one):
-
-    1. It is created *before* the attempt that precedes the first wait, so a release between
-       that attempt and ``wait()`` is not missed.
-    2. ``wait(timeout)`` returns within ``timeout`` seconds: ``None`` when the key may have
-       become free (the caller then tries again), or a :class:`Grant` when a store that queues
-       waiters handed the lock straight to this one; ``since`` is then a time before the
-       hand-over happened, from which the lease is counted. That grant and its token come
-       from the store's own answer, never from a notice alone: whoever may write to the
-       notice's channel could forge one. A busy :class:`Grant` (the store's answer to an
-       attempt made while waiting) has the caller wait again, without an attempt of its own.
-    3. ``close(acquired, reachable=...)`` is called exactly once, whatever happened. A lock
-       handed to a waiter that gave up (``acquired=False``) must be passed on, not kept. With
-       ``reachable=False`` the store has just failed: make no round trip (the caller must not
-       wait another socket timeout); whatever the registration left on the store must expire
-       by itself within the backend's short notify bound. ``close`` must not keep the caller
-       past its timeout: a store told of the departure may be told after ``close`` returns
-       (redis:// does so from a background thread), since an owner token serves one
-       acquisition and is never asked with again.
-    """
-
-    @abstractmethod
-    def wait(self, timeout: float) -> Grant | None:
-        """Return after ``timeout`` seconds at the latest, earlier if the key was released;
-        a :class:`Grant` if the store handed the lock to this waiter."""
-
-    def close(self, acquired: bool, *, reachable: bool = True) -> None:
-        """Drop the registration (see the class docstring for ``acquired`` and ``reachable``)."""
-
-
-class SleepWaiter(Waiter):
-    """Fallback for stores that cannot notify: jittered exponential backoff, 0.5 ms to 50 ms."""
-
-    def __init__(self, first: float = 0.0005, cap: float = 0.05) -> None:
-        self._delay = first
-        self._cap = cap
-
-    def wait(self, timeout: float) -> Grant | None:
-        delay = self.next_delay(timeout)
-        if delay > 0:
-            time.sleep(delay)
-        return None
-
-    def next_delay(self, timeout: float) -> float:
-        """The next pause, at most ``timeout``; each is about twice the last, up to the cap."""
-        delay = min(timeout, self._delay * random.uniform(0.5, 1.5))
-        self._delay = min(self._cap, self._delay * 2)
-        return max(0.0, delay)
-
-
-class Backend(ABC):
+class Backend(SharedOps, ABC):
     """One store. Subclasses declare the class attributes and implement the abstract methods.
 
     Every method that talks to the store raises :class:`~lockkit_core.BackendUnavailable`
@@ -339,8 +288,8 @@ class Backend(ABC):
         event loop; :class:`NotSupported` on a store that has none."""
         raise NotSupported(
             f"the {self.url.scheme}:// backend has no asyncio API yet (aacquire, async with); "
-            "use memory://, file://, redis://, zookeeper://, etcd://, postgresql:// or "
-            "sqlite://, or the blocking API outside the event loop"
+            "use memory://, file://, redis://, zookeeper://, etcd://, postgresql://, "
+            "mysql:// or sqlite://, or the blocking API outside the event loop"
         )
 
     def queue_first(self) -> bool:
@@ -351,47 +300,6 @@ class Backend(ABC):
     def track(self, hold: Any) -> None:
         """Called with each new :class:`~lockkit_core.hold.Hold`; a store whose leases hang on
         a session (ZooKeeper) keeps it to tell the holder when that session is lost."""
-
-    # -- shared locks: read-write locks and semaphores (Capability.SHARED) ---------------------
-    #
-    # A place is a lease like a lock's, taken by the same acquire loop, watchdog and release
-    # (lockkit_core.shared presents these as the plain operations). ``mode`` is ``"read"``
-    # (shared with other readers) or ``"write"`` (exclusive) of a read-write lock, or
-    # ``"slot"``: one of ``limit`` places of a semaphore. Places are served first come, first
-    # served: an attempt by an owner with a waiter (``shared_waiter``) keeps its place in the
-    # queue; an attempt without one only looks, and never gets ahead of a queued owner.
-
-    def try_acquire_shared(self, key: str, owner: str, mode: str, limit: int, ttl: float) -> Grant:
-        """Take a place of ``mode`` on ``key`` for ``owner`` for ``ttl`` seconds if one is free
-        to it now (as :meth:`try_acquire`: an owner that holds one already has it renewed)."""
-        raise self._no_shared()
-
-    def release_shared(self, key: str, owner: str, mode: str) -> bool:
-        """Give up ``owner``'s place on ``key``; False if it no longer had one."""
-        raise self._no_shared()
-
-    def extend_shared(self, key: str, owner: str, mode: str, ttl: float) -> bool:
-        """Reset the lease of ``owner``'s place on ``key`` to ``ttl`` seconds if it has one."""
-        raise self._no_shared()
-
-    def adopt_shared(self, key: str, owner: str, mode: str, ttl: float) -> Grant:
-        """Take over ``owner``'s place (as :meth:`adopt`): renewed, with its token."""
-        raise self._no_shared()
-
-    def shared_waiter(self, key: str, owner: str, mode: str, limit: int) -> Waiter:
-        """Queue ``owner`` for a place and be woken when it may have one (see :class:`Waiter`)."""
-        raise self._no_shared()
-
-    def shared_holders(self, key: str, mode: str, limit: int) -> list[Lease]:
-        """Who holds places on ``key`` now, in arrival order: the readers or the writer of a
-        read-write lock (``mode`` ``"read"`` or ``"write"``), or the first ``limit`` of a
-        semaphore (``"slot"``)."""
-        raise self._no_shared()
-
-    def _no_shared(self) -> NotSupported:
-        return NotSupported(
-            f"the {self.url.scheme}:// backend has no read-write locks or semaphores"
-        )
 
     # -- admin -------------------------------------------------------------------------------
 

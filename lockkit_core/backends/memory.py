@@ -1,8 +1,8 @@
 """``memory://[NAME]``: locks among the threads of one process (tests, single-process apps).
 
-Every ``LockKit`` in the process that names the same store shares its locks. Waiters sleep on
-a condition variable of their key and are woken on release; ``fair=True`` serves them in
-arrival order.
+Every ``LockKit`` in the process that names the same store shares its locks (the store is
+:mod:`~lockkit_core.backends.memory_store`'s). Waiters sleep on a condition variable of their
+key and are woken on release; ``fair=True`` serves them in arrival order.
 
 A key costs memory only while it is held or waited for: its entry goes when it is free and
 nobody waits, and leases that expire unreleased are swept in amortised constant time. Fencing
@@ -17,146 +17,18 @@ import contextlib
 import dataclasses
 import functools
 import math
-import os
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ..py310 import wait_at_most
 from ..url import LockURL
 from .aio import AsyncOps, AsyncWaiter, LocalOps
 from .base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_hint
-from .memory_shared import MemoryPlaces
+from .memory_store import SWEEP_AT, Entry, MemoryStore, store_named
 
 __all__ = ["MemoryBackend"]
-
-#: the fewest new entries between two sweeps for expired, unreleased leases
-SWEEP_AT = 1024
-
-
-@dataclass(eq=False)
-class _Entry:
-    """One key's state: its holder, its waiters, and how often it was freed."""
-
-    owner: str | None = None
-    expires: float = 0.0
-    started: float = 0.0  #: when the owner got it (time.time(), for the admin views)
-    token: int = 0
-    #: bumped whenever the key may have become free to a waiter (release, force-release,
-    #: the head of the queue leaving); a waiter that saw another value must not sleep
-    changes: int = 0
-    waiters: int = 0
-    cond: threading.Condition | None = None
-    #: how to wake the asyncio waiters (each schedules its wake-up on its own event loop)
-    wakers: set[Callable[[], None]] = field(default_factory=set)
-    queue: deque[str] = field(default_factory=deque)
-
-    def held(self, now: float) -> bool:
-        return self.owner is not None and now < self.expires
-
-    def idle(self, now: float) -> bool:
-        """Free and unwatched: nothing would notice the entry going."""
-        return self.waiters == 0 and not self.held(now)
-
-
-class _Store:
-    """The entries of one ``memory://NAME``; every method runs with ``lock`` held."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.entries: dict[str, _Entry] = {}
-        #: the last token granted on any key: tokens of one key rise because all of them do
-        self.fence = 0
-        self.added = 0  #: entries made since the last sweep
-        #: the places of its read-write locks and semaphores
-        self.places = MemoryPlaces(self)
-
-    def add(self, key: str, now: float) -> _Entry:
-        # A sweep visits every entry, so it runs once per that many additions (and at least
-        # SWEEP_AT): amortised O(1) per new key, and an expired lease outlives its expiry by
-        # at most that many additions.
-        self.added += 1
-        if self.added >= max(SWEEP_AT, len(self.entries)):
-            self.sweep(now)
-        entry = self.entries[key] = _Entry()
-        return entry
-
-    def sweep(self, now: float) -> None:
-        idle = [key for key, entry in self.entries.items() if entry.idle(now)]
-        for key in idle:
-            del self.entries[key]
-        self.added = 0
-
-    def freed(self, key: str, entry: _Entry, now: float) -> None:
-        """Tell waiters ``key`` may be free, and drop its entry if nobody is left to care."""
-        entry.changes += 1
-        if entry.cond is not None and entry.waiters:
-            entry.cond.notify_all()
-        for wake in entry.wakers:
-            wake()
-        self.settle(key, entry, now)
-
-    def settle(self, key: str, entry: _Entry, now: float) -> None:
-        if entry.idle(now) and self.entries.get(key) is entry:
-            del self.entries[key]
-
-    def forget_waiters(self) -> None:
-        """In a forked child: the waiting threads stayed in the parent, so nobody waits."""
-        now = time.monotonic()
-        for key, entry in list(self.entries.items()):
-            entry.waiters = 0
-            entry.cond = None
-            entry.wakers.clear()
-            entry.queue.clear()
-            entry.changes += 1
-            self.settle(key, entry, now)
-        self.places.forget_waiters()
-
-
-_stores: dict[str, _Store] = {}
-_stores_lock = threading.Lock()
-
-
-def _store(name: str) -> _Store:
-    # Stores are kept for the life of the process: an empty one costs a few hundred bytes, and
-    # its fence counter is what keeps tokens rising for a kit made later under the same name.
-    with _stores_lock:
-        return _stores.setdefault(name, _Store())
-
-
-# A fork copies the stores but only the forking thread: hold every store's lock across the
-# fork so that the child's copy is never locked by a thread it does not have, nor caught
-# half-way through an update.
-
-
-def _before_fork() -> None:
-    _stores_lock.acquire()
-    for store in _stores.values():
-        store.lock.acquire()
-
-
-def _after_fork_in_parent() -> None:
-    for store in _stores.values():
-        store.lock.release()
-    _stores_lock.release()
-
-
-def _after_fork_in_child() -> None:
-    for store in _stores.values():
-        store.forget_waiters()
-        store.lock.release()
-    _stores_lock.release()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(
-        before=_before_fork,
-        after_in_parent=_after_fork_in_parent,
-        after_in_child=_after_fork_in_child,
-    )
 
 
 class _MemoryWaiter(Waiter):
@@ -164,7 +36,7 @@ class _MemoryWaiter(Waiter):
     of registration, then as of each return from ``wait()``: both come before the caller's
     next attempt, so a release after that attempt is seen even if it came before ``wait()``."""
 
-    def __init__(self, store: _Store, key: str, owner: str, fair: bool) -> None:
+    def __init__(self, store: MemoryStore, key: str, owner: str, fair: bool) -> None:
         self._store = store
         self._key = key
         self._owner = owner
@@ -211,7 +83,7 @@ class _AsyncMemoryWaiter(AsyncWaiter):
     """A :class:`_MemoryWaiter`'s registration, waited on with an ``asyncio.Event`` that a
     release (from any thread or task) sets through its loop's ``call_soon_threadsafe``."""
 
-    def __init__(self, store: _Store, key: str, owner: str, fair: bool) -> None:
+    def __init__(self, store: MemoryStore, key: str, owner: str, fair: bool) -> None:
         loop = asyncio.get_running_loop()
         self._event = asyncio.Event()
         self._registration = _MemoryWaiter(store, key, owner, fair)
@@ -275,7 +147,7 @@ class MemoryBackend(Backend):
     def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
         super().__init__(url, options)
         self.name = (url.host or "") + url.path
-        self._store = _store(self.name)
+        self._store = store_named(self.name)
 
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         # No lease (ttl=inf) never expires: the process, and with it the store, ends first.
@@ -354,7 +226,7 @@ class MemoryBackend(Backend):
         """Operations run inline (in-process and brief); waiters await an event."""
         return _MemoryOps(self)
 
-    def _lease(self, key: str, entry: _Entry, now: float) -> Lease:
+    def _lease(self, key: str, entry: Entry, now: float) -> Lease:
         assert entry.owner is not None
         return Lease(
             key,

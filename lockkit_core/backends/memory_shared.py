@@ -20,7 +20,7 @@ from ..places import admitted
 from .base import Grant, Lease, Waiter, owner_hint
 
 if TYPE_CHECKING:
-    from .memory import _Store
+    from .memory_store import MemoryStore
 
 __all__ = ["MemoryPlaces"]
 
@@ -49,7 +49,7 @@ class _Key:
 class MemoryPlaces:
     """The places of one memory store; every method takes the store's lock."""
 
-    def __init__(self, store: _Store) -> None:
+    def __init__(self, store: MemoryStore) -> None:
         self.store = store
         self.keys: dict[str, _Key] = {}
 

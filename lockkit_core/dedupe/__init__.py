@@ -19,7 +19,15 @@ from .answers import REASONS, Duplicate, duplicate_counts
 from .calls import TaskKey, canonical_json
 from .claims import Claim, claim_key
 from .errors import TaskLocked
-from .options import DEFAULTS, ON_DUPLICATE, TaskOptions, check_names, check_option, decide
+from .options import (
+    DEFAULTS,
+    ON_DUPLICATE,
+    TaskOptions,
+    check_names,
+    check_option,
+    decide,
+    given_options,
+)
 from .records import (
     RECORD_PREFIX,
     TaskRecords,
@@ -57,6 +65,7 @@ __all__ = [
     "done_key",
     "duplicate_counts",
     "finished_key",
+    "given_options",
     "id_key",
     "id_prefix",
     "run_key",

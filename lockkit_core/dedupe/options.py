@@ -16,7 +16,15 @@ from typing import Any, Final
 from ..config import UNSET, check_ttl
 from ..errors import ConfigError
 
-__all__ = ["DEFAULTS", "ON_DUPLICATE", "TaskOptions", "check_names", "check_option", "decide"]
+__all__ = [
+    "DEFAULTS",
+    "ON_DUPLICATE",
+    "TaskOptions",
+    "check_names",
+    "check_option",
+    "decide",
+    "given_options",
+]
 
 #: every option and its default (keyword > framework setting > this); ``ttl`` UNSET means
 #: the store's TTL (30 s unless the settings say otherwise)
@@ -84,6 +92,14 @@ def check_option(name: str, value: Any, where: str | None = None) -> Any:
     if name == "ttl" and value is UNSET:
         return UNSET
     return check_ttl(value, label)
+
+
+def given_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options a ``@locked_task`` decorator was given (those left ``UNSET`` out), each
+    checked by :func:`check_option`. ``options`` names every option, given or not, so a
+    decorator that lacks one fails here rather than silently passing it on."""
+    assert set(options) == set(DEFAULTS), sorted(set(options) ^ set(DEFAULTS))
+    return {name: check_option(name, v) for name, v in options.items() if v is not UNSET}
 
 
 def decide(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import click
 
+from ..cli_output import emit_json, render_table
+from ..cli_settings import CliSettings
 from ..config import DEFAULT_TTL
 from ..errors import ConfigError
 from ..terminal import printable
@@ -18,8 +20,6 @@ _MARK = {Level.OK: "ok", Level.WARN: "WARN", Level.UNSAFE: "UNSAFE"}
 
 def render_report(report: Report) -> str:
     """The findings as a table, each fix under it, and a last line with the verdict."""
-    from ..cli import render_table  # (the cli module imports this one)
-
     rows = [
         [_MARK[f.level], f.check, printable(f.where or "-"), printable(f.message)]
         for f in report.findings
@@ -56,8 +56,6 @@ def render_report(report: Report) -> str:
 def doctor_command(ctx: click.Context, url: str | None, ttl: float, as_json: bool) -> None:
     """Check the store URL (else --url / LOCKKIT_URL) for settings that make locks unsafe or
     slow, and say what to change. Exit status 1 when something is unsafe."""
-    from ..cli import CliSettings, emit_json  # (the cli module imports this one)
-
     settings: CliSettings = ctx.ensure_object(CliSettings)
     try:
         report = diagnose(url or settings.url, ttl=ttl)

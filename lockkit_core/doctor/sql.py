@@ -141,9 +141,10 @@ def _check(
 def _isolation(conn: Any, cur: Any) -> Any:
     """MySQL 8 and MariaDB 11.1+ name it ``transaction_isolation``; older ones
     ``tx_isolation``."""
-    import pymysql
+    # not pymysql.err.MySQLError: see backends/sql/mypool.py on PyMySQL serving as MySQLdb
+    from pymysql.err import MySQLError
 
     try:
         return _one(cur, "SELECT @@SESSION.transaction_isolation")
-    except pymysql.err.MySQLError:
+    except MySQLError:
         return _one(cur, "SELECT @@SESSION.tx_isolation")

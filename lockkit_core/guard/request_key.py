@@ -83,6 +83,8 @@ class RequestKey:
         self.fields: tuple[str, ...] = ()
         # Which fields are credentials depends on their names only: decided once, here.
         self.secret_fields: frozenset[str] = frozenset()
+        self._plain: list[tuple[str, str | None]] | None = None
+        self.url_only = False
         if callable(key):
             self.func = key
             return
@@ -121,6 +123,18 @@ class RequestKey:
                 secret.add(field)
         self.fields = tuple(dict.fromkeys(roots))
         self.secret_fields = frozenset(secret)
+        # A template of bare names only (no attribute, index, spec, conversion or credential)
+        # is rendered by reading each name straight from the values: decided once here, so a
+        # request skips string.Formatter's parsing of every field.
+        plain = [
+            (literal, field)
+            for literal, field, spec, conversion in self.parts
+            if field is None or (field.isidentifier() and not spec and conversion is None)
+        ]
+        self._plain = plain if len(plain) == len(self.parts) and not secret else None
+        #: The template names URL arguments only: an adapter may pass them as the values
+        #: as they are, with no lookup of its sources.
+        self.url_only = not any(root in sources for root in self.fields)
 
     def __repr__(self) -> str:
         return f"RequestKey({self.template or self.func!r})"
@@ -186,6 +200,15 @@ class RequestKey:
         app should have provided is a ConfigError naming the route and the field. A
         credential is rendered as its keyed hash under ``secret``; a key longer than
         ``max_bytes`` (UTF-8) or holding a NUL raises ``invalid`` (a 400)."""
+        if self._plain is not None:
+            try:
+                text = "".join(
+                    [lit if f is None else lit + format(values[f], "") for lit, f in self._plain]
+                )
+            except (LookupError, AttributeError, TypeError, ValueError):
+                pass  # the full path below says what was missing or wrong
+            else:
+                return _checked(text, route, max_bytes, invalid)
         out = []
         for literal, field, spec, conversion in self.parts:
             out.append(literal)

@@ -19,8 +19,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .process import Closing, log_tail, spawn_logged, stop_process
-from .servers import _die_with_parent_prefix, free_port
+from .process import (
+    Closing,
+    die_with_parent_prefix,
+    free_port,
+    log_tail,
+    spawn_logged,
+    stop_process,
+)
 
 __all__ = ["EtcdCluster", "EtcdServer", "etcd_request", "find_etcd"]
 
@@ -125,7 +131,7 @@ class EtcdCluster(Closing):
     def _spawn(self, index: int) -> None:
         m = self.members[index]
         args = [
-            *_die_with_parent_prefix(),
+            *die_with_parent_prefix(),
             self.executable,
             "--name",
             m.name,

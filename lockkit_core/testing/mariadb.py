@@ -15,15 +15,13 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
+from typing import ClassVar
 
-from .process import Closing, log_tail, spawn_logged, stop_process
-from .servers import _die_with_parent_prefix, free_port
+from .process import DatabaseServer, die_with_parent_prefix, free_port, spawn_logged
 
 __all__ = ["MariaDBServer", "find_mariadbd"]
 
@@ -59,13 +57,17 @@ def _greets(port: int, host: str = _LOOPBACK, timeout: float = 1.0) -> bool:
         return False
 
 
-class MariaDBServer(Closing):
+class MariaDBServer(DatabaseServer):
     """A MariaDB server of its own: ``with MariaDBServer() as db: db.url``.
 
     ``stop()`` shuts it down (SIGTERM, a clean shutdown), ``start()`` starts it again on the
     same data, ``close()`` also removes the directory. Start it from a thread that lives as
     long as the server should: on Linux the server is stopped when that thread exits.
     """
+
+    program: ClassVar[str] = "mariadbd"
+    stop_wait: ClassVar[float] = 20.0
+    poll_interval: ClassVar[float] = 0.1
 
     def __init__(self, *, user: str = "lockkit", startup_timeout: float = 60.0) -> None:
         self.server_bin, self.install_bin = find_mariadbd()
@@ -85,7 +87,6 @@ class MariaDBServer(Closing):
             entry = pwd.getpwnam(self._run_as)
             os.chown(self.dir, entry.pw_uid, entry.pw_gid)
             os.chown(self.init_file, entry.pw_uid, entry.pw_gid)
-        self._proc: subprocess.Popen[bytes] | None = None
         try:
             self._install()
             self.start()
@@ -112,29 +113,9 @@ class MariaDBServer(Closing):
             output = (done.stdout + done.stderr).decode(errors="replace")
             raise RuntimeError(f"mariadb-install-db failed ({done.returncode}):\n{output[-2000:]}")
 
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def start(self) -> None:
-        """Start the server (on a new free port if the chosen one was taken meanwhile)."""
-        if self.running():
-            return
-        for attempt in range(5):
-            if attempt:
-                self.port = free_port()
-            if self._spawn():
-                return
-        raise RuntimeError(
-            f"mariadbd did not start on port {self.port}:\n{log_tail(self.log_path)}"
-        )
-
-    def _spawn(self) -> bool:
+    def _launch(self) -> subprocess.Popen[bytes]:
         args = [
-            *_die_with_parent_prefix(),
+            *die_with_parent_prefix(),
             self.server_bin,
             "--no-defaults",
             f"--datadir={self.data_dir}",
@@ -154,18 +135,10 @@ class MariaDBServer(Closing):
         if self._run_as is not None:
             entry = pwd.getpwnam(self._run_as)
             os.chown(self.log_path, entry.pw_uid, entry.pw_gid)
-        self._proc = spawn_logged(args, self.log_path, self.dir)
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            assert self._proc is not None
-            if self._proc.poll() is not None:
-                self._proc = None
-                return False
-            if _greets(self.port) and self._answers():
-                return True
-            time.sleep(0.1)
-        self._terminate(signal.SIGKILL)
-        return False
+        return spawn_logged(args, self.log_path, self.dir)
+
+    def _ready(self, deadline: float) -> bool:
+        return _greets(self.port) and self._answers()
 
     def _answers(self) -> bool:
         try:
@@ -180,17 +153,6 @@ class MariaDBServer(Closing):
             return False  # the init file has not run yet
         conn.close()
         return True
-
-    def _terminate(self, sig: signal.Signals, wait: float = 20.0) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        stop_process(proc, sig, wait)
-        self._proc = None
-
-    def stop(self) -> None:
-        """A clean shutdown."""
-        self._terminate(signal.SIGTERM)
 
     def close(self) -> None:
         self.stop()

@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 
 from .postgres import PostgresServer, postgres_ready
-from .process import Closing, spawn_logged, stop_process
-from .servers import _die_with_parent_prefix, free_port
+from .process import Closing, die_with_parent_prefix, free_port, spawn_logged, stop_process
 
 __all__ = ["PgBouncerServer", "find_pgbouncer"]
 
@@ -85,7 +84,7 @@ pidfile = {self.dir / "pgbouncer.pid"}
             shutil.chown(self.log_path, run_as.pw_uid, run_as.pw_gid)
         uid, gid, groups = postgres._ids()
         self._proc: subprocess.Popen[bytes] | None = spawn_logged(
-            [*_die_with_parent_prefix(), self.binary, str(self.dir / "pgbouncer.ini")],
+            [*die_with_parent_prefix(), self.binary, str(self.dir / "pgbouncer.ini")],
             self.dir / "stdout.log",
             self.dir,
             user=uid,

@@ -21,11 +21,10 @@ import socket
 import struct
 import subprocess
 import tempfile
-import time
 from pathlib import Path
+from typing import ClassVar
 
-from .process import Closing, log_tail, spawn_logged, stop_process
-from .servers import _die_with_parent_prefix, free_port
+from .process import DatabaseServer, die_with_parent_prefix, free_port, spawn_logged
 
 __all__ = ["PostgresServer", "find_postgres_bin", "postgres_ready"]
 
@@ -84,7 +83,7 @@ def postgres_ready(
         return False
 
 
-class PostgresServer(Closing):
+class PostgresServer(DatabaseServer):
     """A PostgreSQL server of its own: ``with PostgresServer() as pg: pg.port, pg.user``.
 
     The superuser is ``user`` (default ``lockkit``), trusted without a password from loopback
@@ -92,6 +91,10 @@ class PostgresServer(Closing):
     down fast; ``close()`` also removes the directory. Start it from a thread that lives as
     long as the server should: on Linux the server is stopped when that thread exits.
     """
+
+    program: ClassVar[str] = "postgres"
+    #: SIGINT: PostgreSQL's fast shutdown, which ends sessions
+    stop_signal: ClassVar[signal.Signals] = signal.SIGINT
 
     def __init__(
         self,
@@ -114,7 +117,6 @@ class PostgresServer(Closing):
         self._run_as = self._unprivileged_user() if os.geteuid() == 0 else None
         if self._run_as is not None:
             os.chown(self.dir, self._run_as.pw_uid, self._run_as.pw_gid)
-        self._proc: subprocess.Popen[bytes] | None = None
         try:
             self._initdb()
             self.start()
@@ -165,31 +167,9 @@ class PostgresServer(Closing):
             output = (done.stdout + done.stderr).decode(errors="replace")
             raise RuntimeError(f"initdb failed ({done.returncode}):\n{output[-2000:]}")
 
-    @property
-    def pid(self) -> int | None:
-        """The postmaster's process id while it runs."""
-        return self._proc.pid if self._proc is not None else None
-
-    def running(self) -> bool:
-        """True while the postmaster is alive."""
-        return self._proc is not None and self._proc.poll() is None
-
-    def start(self) -> None:
-        """Start the server (on a new free port if the chosen one was taken meanwhile)."""
-        if self.running():
-            return
-        for attempt in range(5):
-            if attempt:
-                self.port = free_port()
-            if self._spawn():
-                return
-        raise RuntimeError(
-            f"postgres did not start on port {self.port}; its log says:\n{log_tail(self.log_path)}"
-        )
-
-    def _spawn(self) -> bool:
+    def _launch(self) -> subprocess.Popen[bytes]:
         args = [
-            *_die_with_parent_prefix(),
+            *die_with_parent_prefix(),
             str(self.bin_dir / "postgres"),
             "-D",
             str(self.data_dir),
@@ -214,47 +194,15 @@ class PostgresServer(Closing):
         if self._run_as is not None:
             os.chown(self.log_path, self._run_as.pw_uid, self._run_as.pw_gid)
         uid, gid, groups = self._ids()
-        self._proc = spawn_logged(
-            args, self.log_path, self.dir, user=uid, group=gid, extra_groups=groups
-        )
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            assert self._proc is not None
-            if self._proc.poll() is not None:
-                self._proc = None
-                return False
-            if postgres_ready(self.port, self.user, database=self.database):
-                return True
-            time.sleep(0.05)
-        self._terminate(signal.SIGKILL)
-        return False
+        return spawn_logged(args, self.log_path, self.dir, user=uid, group=gid, extra_groups=groups)
 
-    def _terminate(self, sig: signal.Signals, wait: float = 10.0) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        stop_process(proc, sig, wait)
-        self._proc = None
-
-    def stop(self) -> None:
-        """Shut the server down (SIGINT: PostgreSQL's fast shutdown, which ends sessions)."""
-        self._terminate(signal.SIGINT)
+    def _ready(self, deadline: float) -> bool:
+        return postgres_ready(self.port, self.user, database=self.database)
 
     def close(self) -> None:
         """Stop the server and remove its directory."""
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-    def settings(self, name: str | None = None) -> dict[str, str]:
-        """Connection settings in Django's ``DATABASES`` spelling (``NAME`` defaults to
-        ``database``)."""
-        return {
-            "HOST": self.host,
-            "PORT": str(self.port),
-            "USER": self.user,
-            "PASSWORD": "",
-            "NAME": name or self.database,
-        }
 
     @property
     def url(self) -> str:

@@ -14,13 +14,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
-from .process import Closing, log_tail, spawn_logged, stop_process
+from .process import ServerProcess, die_with_parent_prefix, free_port, spawn_logged
 
 __all__ = ["RedisServer", "build_clock_shifter", "free_port", "redis_ping"]
 
@@ -29,14 +29,6 @@ _INSTALL_HINT = (
     "redis-server is not installed; run the test command from README.md (it installs it), "
     "or install it yourself with: sudo apt-get install redis-server"
 )
-
-
-def free_port(host: str = _LOOPBACK) -> int:
-    """A TCP port on ``host`` that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def redis_ping(port: int, host: str = _LOOPBACK, timeout: float = 0.5) -> bool:
@@ -81,13 +73,6 @@ def _command(port: int, *words: str, timeout: float = 2.0) -> bytes:
         return head
 
 
-def _die_with_parent_prefix() -> list[str]:
-    """On Linux, run the server under ``setpriv --pdeathsig TERM`` so that a test run killed
-    outright (its starting thread gone) does not leave servers behind."""
-    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
-    return [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
-
-
 def find_redis_server() -> str:
     """Path of the ``redis-server`` executable; a clear ``RuntimeError`` if there is none."""
     found = shutil.which("redis-server") or (
@@ -127,7 +112,7 @@ def build_clock_shifter() -> str:
     return str(out)
 
 
-class RedisServer(Closing):
+class RedisServer(ServerProcess):
     """A throwaway ``redis-server`` on a free loopback port.
 
     ``with RedisServer() as server: LockKit(server.url)``. ``kill()`` sends SIGKILL,
@@ -141,6 +126,10 @@ class RedisServer(Closing):
     ``step_clock()`` moves while it runs and across restarts. ``extra_args`` go to the server's
     command line after ours (``redis_tls.TlsRedisServer`` adds its TLS port that way).
     """
+
+    program: ClassVar[str] = "redis-server"
+    stop_wait: ClassVar[float] = 5.0
+    poll_interval: ClassVar[float] = 0.02
 
     def __init__(
         self,
@@ -168,8 +157,6 @@ class RedisServer(Closing):
         self.clock_offset = 0.0
         if fake_clock:
             self._write_clock()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._paused = False
         self.start()
 
     @property
@@ -202,31 +189,12 @@ class RedisServer(Closing):
         """``redis://127.0.0.1:PORT/0``."""
         return f"redis://{_LOOPBACK}:{self.port}/0"
 
-    @property
-    def pid(self) -> int | None:
-        """The server's process id while it runs."""
-        return self._proc.pid if self._proc is not None else None
+    def _start_attempts(self) -> int:
+        return 1 if self._fixed_port else 5
 
-    def running(self) -> bool:
-        """True while the server process is alive (paused counts as alive)."""
-        return self._proc is not None and self._proc.poll() is None
-
-    def start(self) -> None:
-        """Start the server (on a new free port if the chosen one was taken meanwhile)."""
-        if self.running():
-            return
-        attempts = 1 if self._fixed_port else 5
-        for attempt in range(attempts):
-            if attempt:
-                self.port = free_port()
-            if self._spawn():
-                return
-        log = log_tail(self.log_path)
-        raise RuntimeError(f"redis-server did not start on port {self.port}; its log says:\n{log}")
-
-    def _spawn(self) -> bool:
+    def _launch(self) -> subprocess.Popen[bytes]:
         args = [
-            *_die_with_parent_prefix(),
+            *die_with_parent_prefix(),
             self.executable,
             "--port",
             str(self.port),
@@ -253,18 +221,10 @@ class RedisServer(Closing):
         env = dict(os.environ)
         if self._shifter is not None:
             env.update(LD_PRELOAD=self._shifter, LOCKKIT_CLOCK_FILE=str(self.clock_file))
-        self._proc = spawn_logged(args, self.log_path, self.dir, env=env)
-        self._paused = False
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                self._proc = None
-                return False
-            if redis_ping(self.port):
-                return not self.cluster or self._claim_all_slots(deadline)
-            time.sleep(0.02)
-        self._terminate(signal.SIGKILL)
-        return False
+        return spawn_logged(args, self.log_path, self.dir, env=env)
+
+    def _ready(self, deadline: float) -> bool:
+        return redis_ping(self.port) and (not self.cluster or self._claim_all_slots(deadline))
 
     def _claim_all_slots(self, deadline: float) -> bool:
         """Make this node own all 16384 slots and wait until the cluster says it is ok."""
@@ -275,14 +235,6 @@ class RedisServer(Closing):
                 return True
             time.sleep(0.02)
         return False
-
-    def _terminate(self, sig: signal.Signals, wait: float = 5.0) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        stop_process(proc, sig, wait, paused=self._paused)
-        self._proc = None
-        self._paused = False
 
     def stop(self) -> None:
         """Shut the server down (SIGTERM; SIGKILL if it lingers). Nothing is saved."""

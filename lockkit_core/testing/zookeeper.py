@@ -19,8 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .process import Closing, spawn_logged, stop_process
-from .servers import _die_with_parent_prefix, free_port
+from .process import Closing, die_with_parent_prefix, free_port, spawn_logged, stop_process
 
 __all__ = ["ZooKeeperEnsemble", "ZooKeeperServer", "find_zookeeper_classpath", "four_letter"]
 
@@ -110,7 +109,7 @@ class _Member:
 
     def spawn(self, classpath: str) -> None:
         args = [
-            *_die_with_parent_prefix(),
+            *die_with_parent_prefix(),
             shutil.which("java") or "/usr/bin/java",
             "-Xmx256m",
             "-Xms32m",

@@ -12,7 +12,7 @@ from asgiref.sync import sync_to_async
 
 from lockkit_core import ConfigError
 from lockkit_core.config import UNSET, Seconds
-from lockkit_core.dedupe import TaskKey, TaskOptions, check_option, decide
+from lockkit_core.dedupe import TaskKey, TaskOptions, decide, given_options
 
 from ..conf import lockkit_state
 from .compat import GenericTask, Task, TaskResult, task
@@ -104,7 +104,7 @@ def locked_task(
     given = {"ttl": ttl, "on_duplicate": on_duplicate, "once": once, "wait": wait,
              "enqueue_lock": enqueue_lock, "enqueue_ttl": enqueue_ttl, "remember": remember,
              "enabled": enabled}  # fmt: skip
-    checked = tuple((n, check_option(n, v)) for n, v in given.items() if v is not UNSET)
+    checked = tuple(given_options(given).items())
 
     def decorate(target: Any) -> LockedTask[Any, Any]:
         if isinstance(target, LockedTask):

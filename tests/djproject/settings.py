@@ -76,7 +76,35 @@ DATABASES = {
         "NAME": os.environ.get("DJPROJECT_PG_NAME", "lockkit"),
         "TEST": {"NAME": "test_lockkit", "DEPENDENCIES": []},
     },
+    # A real MariaDB (the ``my`` alias) and a SQLite file (``lite``), for the fenced writes on
+    # each database (tests/mariadb_fixtures.py fills them in). Django's MySQL backend runs on
+    # PyMySQL, the mysql extra's driver, in mysqlclient's place.
+    "my": {
+        "ENGINE": "django.db.backends.mysql",
+        "HOST": "127.0.0.1",
+        "PORT": "3306",
+        "USER": "lockkit",
+        "PASSWORD": "",
+        "NAME": "lockkit",
+        # Tables made from the models, not by migrations: django_tasks_db's migration 0019
+        # inspects its table on every alias, which MariaDB answers with an error where the
+        # router kept the table away (PostgreSQL and SQLite answer with nothing).
+        "TEST": {"NAME": "test_lockkit", "DEPENDENCIES": [], "MIGRATE": False},
+    },
+    "lite": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": "lite.sqlite3",
+        "OPTIONS": {"timeout": 30},
+        # The test database is a file (not SQLite's default :memory:), so that a lock store
+        # on another connection (django://lite) sees it.
+        "TEST": {"NAME": "lite-test.sqlite3", "DEPENDENCIES": [], "MIGRATE": False},
+    },
 }
+
+if find_spec("pymysql"):
+    import pymysql
+
+    pymysql.install_as_MySQLdb()
 
 # DJPROJECT_DEFAULT=pg: the project's own database is the PostgreSQL the ``pg`` alias names
 # (the dedupe tests on ``django://default`` with the task rows and leases on PostgreSQL).

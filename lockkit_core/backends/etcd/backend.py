@@ -2,32 +2,30 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
 import time
-import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...errors import BackendError, BackendUnavailable
 from ...url import LockURL
+from ..aio import PerLoop
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
-from .client import Call, LeaseNotFound, Steps, b64, unb64
+from .admin import lease_of, list_leases
+from .client import Call, LeaseNotFound, Steps, b64
 from .connection import gateway_client
 from .layout import (
-    LOCKS,
     Held,
     LeaseRef,
     Record,
     lock_key,
-    prefix_end,
     queue_entry,
 )
 from .leases import LEASE_MARGIN, Leases
 from .queue import WaitQueue
-from .txn import acquire_body
+from .txn import acquire_body, take_over_body
 from .waiter import WAIT_SLICE, EtcdWaiter
 
 if TYPE_CHECKING:
@@ -79,9 +77,7 @@ class EtcdBackend(Backend):
         self._holder = f"{socket.gethostname()} pid "
         self._held: dict[tuple[str, str], Held] = {}
         self._seen: dict[str, tuple[int, float]] = {}
-        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EtcdOps] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._aio: PerLoop[EtcdOps] = PerLoop()
 
     # -- locking ---------------------------------------------------------------------------------
 
@@ -232,17 +228,7 @@ class EtcdBackend(Backend):
         lkey = lock_key(key)
         answer = yield Call(
             "kv/txn",
-            {
-                "compare": [
-                    {
-                        "key": b64(lkey),
-                        "target": "MOD",
-                        "result": "EQUAL",
-                        "mod_revision": record.mod_revision,
-                    }
-                ],
-                "success": [{"request_delete_range": {"key": b64(lkey)}}],
-            },
+            take_over_body(lkey, record.mod_revision),
             f"take over {key!r} from a holder past its ttl",
         )
         self._seen.pop(lkey, None)
@@ -364,11 +350,7 @@ class EtcdBackend(Backend):
         connections per loop, made on first use); watches read on the loop."""
         from .aio import EtcdOps
 
-        loop = asyncio.get_running_loop()
-        ops = self._aio.get(loop)
-        if ops is None:
-            ops = self._aio[loop] = EtcdOps(self)
-        return ops
+        return self._aio.get(lambda: EtcdOps(self))
 
     def queue_first(self) -> bool:
         # The waiter grants the lease its attempts use, so registering first costs nothing.
@@ -376,45 +358,12 @@ class EtcdBackend(Backend):
 
     # -- admin -----------------------------------------------------------------------------------
 
-    def _lease_left(self, lease_id: int) -> float | None:
-        try:
-            answer = self.client.call(
-                "lease/timetolive", {"ID": lease_id}, "read a lease's time to live"
-            )
-        except BackendError as exc:
-            if isinstance(exc, BackendUnavailable):
-                raise
-            return None
-        ttl = int(answer.get("TTL", -1))
-        return float(ttl) if ttl >= 0 else None
-
-    def _lease(self, stored: str, record: Record) -> Lease:
-        left = self._lease_left(record.lease) if record.lease else None
-        return Lease(
-            key=stored,
-            owner_hint=record.owner[:8],
-            token=record.create_revision,
-            ttl_remaining=record.ttl if left is None else min(left, record.ttl),
-            holder=record.holder,
-            started=record.started,
-        )
-
     def list(self, prefix: str) -> list[Lease]:
-        start = lock_key(prefix)
-        answer = self.client.call(
-            "kv/range",
-            {"key": b64(start), "range_end": b64(prefix_end(start)), "sort_target": "KEY"},
-            "list locks",
-        )
-        leases = []
-        for kv in answer.get("kvs") or []:
-            stored = unb64(kv["key"])[len(LOCKS) :]
-            leases.append(self._lease(stored, Record.parse(kv)))
-        return sorted(leases, key=lambda lease: lease.key)
+        return list_leases(self.client, prefix)
 
     def info(self, key: str) -> Lease | None:
         record = self.client.run(self._read(key))
-        return self._lease(key, record) if record is not None else None
+        return lease_of(self.client, key, record) if record is not None else None
 
     def force_release(self, key: str) -> bool:
         for _ in range(3):

@@ -1,4 +1,4 @@
-"""The acquire transaction: one create-if-absent ``kv/txn`` that also keeps the wait queue.
+"""The ``kv/txn`` bodies of acquire (create-if-absent, keeping the wait queue) and take-over.
 
 It succeeds only when the key has no record and nobody queues before the caller; then it puts
 the record (under the caller's lock lease) and takes the caller's queue entry out. When it
@@ -13,7 +13,7 @@ from typing import Any
 from .client import b64
 from .layout import lock_key, prefix_end, queue_entry, queue_prefix
 
-__all__ = ["acquire_body"]
+__all__ = ["acquire_body", "take_over_body"]
 
 
 def acquire_body(
@@ -81,3 +81,14 @@ def acquire_body(
         success.append(cleanup)
         failure.append(cleanup)
     return {"compare": compare, "success": success, "failure": failure}
+
+
+def take_over_body(lkey: str, mod_revision: int) -> dict[str, Any]:
+    """The ``kv/txn`` body that deletes the record at ``lkey`` unless it changed since
+    ``mod_revision`` (a holder that renewed meanwhile keeps its lock)."""
+    return {
+        "compare": [
+            {"key": b64(lkey), "target": "MOD", "result": "EQUAL", "mod_revision": mod_revision}
+        ],
+        "success": [{"request_delete_range": {"key": b64(lkey)}}],
+    }

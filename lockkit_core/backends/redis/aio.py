@@ -22,6 +22,7 @@ from ..aio import AsyncOps, AsyncWaiter, LoopEvent
 from ..base import Grant
 from .aio_wire import AsyncConnections
 from .clients import ASYNC_MAX_CONNECTIONS
+from .leaver import ABANDONED_FOR
 from .scripts import SCRIPT_LOAD
 from .waiter import READY_WITHIN, Confirm, RedisWaiter
 from .wire import Packer
@@ -30,10 +31,6 @@ if TYPE_CHECKING:
     from .backend import RedisBackend
 
 __all__ = ["RedisOps"]
-
-#: how long (seconds, plus two ttls) an attempt that failed in an outage is given back for
-#: (the blocking path's ABANDONED_FOR)
-ABANDONED_FOR = 60.0
 
 
 class RedisOps(AsyncOps):
@@ -48,7 +45,7 @@ class RedisOps(AsyncOps):
         self.client = backend.make_async_client()
         self._source = backend._script.source
         self._sha = backend._script.sha
-        self._packers = {n: Packer(("EVALSHA", self._sha, n)) for n in (1, 4)}
+        self._packers = {n: Packer(("EVALSHA", self._sha, n)) for n in (1, 4, 5)}
         # The client is a maker of connections (TLS, AUTH, SELECT, the Sentinel's master:
         # redis-py's); they are held and lent by AsyncConnections. A cluster client routes
         # each command itself, and keeps doing so.
@@ -101,7 +98,7 @@ class RedisOps(AsyncOps):
         args = backend.acquire_args(key, owner, ttl)
         sent = time.monotonic()
         try:
-            reply = await self._script("acquire", key, 4, args, True)
+            reply = await self._script("acquire", key, 5, args, True)
         except BackendUnavailable:
             # As the blocking path: the request may still land when the link heals.
             backend.leaver.give_back(key, owner, time.monotonic() + ABANDONED_FOR + 2 * ttl)
@@ -109,8 +106,11 @@ class RedisOps(AsyncOps):
         return backend.acquire_answer(key, owner, ttl, reply, sent)
 
     async def release(self, key: str, owner: str) -> bool:
-        args = self._backend.release_args(key, owner)
-        return bool(await self._script("release", key, 4, args, False))
+        backend = self._backend
+        args = backend.release_args(key, owner, ours=True)
+        sent = time.monotonic()
+        reply = await self._script("release", key, 4, args, False)
+        return backend.release_answer(key, reply, sent)
 
     async def extend(self, key: str, owner: str, ttl: float) -> bool:
         args = self._backend.on_record_args("extend", key, owner, ttl)
@@ -129,7 +129,7 @@ class RedisOps(AsyncOps):
         """Leave the queue and give back any lease ``owner`` holds: an attempt cancelled on
         its way may have queued it, or taken the key."""
         args = self._backend.leave_args(key, owner)
-        await self._script("leave the queue of", key, 4, args, True)
+        await self._script("leave the queue of", key, 5, args, True)
 
 
 class AsyncRedisWaiter(AsyncWaiter):

@@ -1,10 +1,9 @@
-"""``RedisBackend``: the error boundary, the lock operations and the admin reads."""
+"""``RedisBackend``: the error boundary, the lock operations, and the entry points of its
+batches (:mod:`.batches`), admin reads (:mod:`.records`) and shared places (:mod:`.shared`)."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import logging
 import os
 import socket
 import time
@@ -17,13 +16,15 @@ from ...url import LockURL
 from ..aio import AsyncOps
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter
 from .aio import RedisOps
+from .batches import RunBatches
 from .clients import Clients, client_url
 from .clients import from_client as clients_from_client
 from .clients import from_url as clients_from_url
-from .connect import check_tls_options, warn_plain_password
-from .leaver import Leaver
+from .connect import check_tls_options, is_transient, warn_plain_password
+from .leaver import ABANDONED_FOR, Leaver
 from .listener import Listener, as_text
-from .scripts import PREFIX, Script, owner_id, stored_key, stored_keys
+from .records import list_leases, read_leases
+from .scripts import Script, grant_list, owner_id, stored_key, stored_keys
 from .shared import RedisPlaces
 from .waiter import RedisWaiter
 from .wire import connections_for
@@ -33,13 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisBackend"]
 
-log = logging.getLogger("lockkit.redis")
-
 T = TypeVar("T")
 
-#: how long (seconds, plus two ttls) an attempt that failed in an outage is given back for:
-#: its request may still arrive when the link heals, and set a lease of one ttl from then
-ABANDONED_FOR = 60.0
 #: how long closing waits for the queues of waiters that just gave up to be left
 LEAVE_AT_CLOSE = 1.0
 
@@ -110,17 +106,18 @@ class RedisBackend(Backend):
         self.client: redis.Redis = clients.client
         self.listener_client: redis.Redis = clients.listener
         self._shared_pool = clients.shared
-        # One script, two call shapes: operations on a held lock need only its record.
+        # One script, three call shapes: operations on a held lock need only its record;
+        # acquire and leave also name the caller's grant list (lua/lock.lua, G).
         self._script = self.new_script(4)
+        self._script_as_waiter = self.new_script(5)
         self._script_on_record = self.new_script(1)
         #: the connections a fair waiter blocks on for its grant (RedisWaiter.await_grant);
         #: None on a cluster, whose client has no one pool (its fair waiters take notices)
         self.grant_connections = (
             None if self.sharded else connections_for(self.client, give_back=self._shared_pool)
         )
-        # ... and batches (begin_run, end_run), by their number of keys
-        self._batches: dict[int, Script] = {}
-        self._one_slot = self.sharded  # cluster mode: no script over several locks' slots
+        #: begin_run and end_run, one script call each
+        self._batches = RunBatches(self)
         self._queued: dict[tuple[str, str], RedisWaiter] = {}
         # The highest fencing token this backend has seen on any key: no later grant is
         # lower, even when the server lost its counters and its clock is behind.
@@ -198,7 +195,7 @@ class RedisBackend(Backend):
             ("NOAUTH", "WRONGPASS", "NOPERM")
         ):
             return BackendUnavailable(f"redis at {self.describe()} refused our credentials: {text}")
-        if isinstance(exc, errors.ResponseError) and _is_transient(errors, exc):
+        if isinstance(exc, errors.ResponseError) and is_transient(errors, exc):
             return BackendUnavailable(
                 f"redis at {self.describe()} cannot {what} now (a replica, loading, "
                 f"or its cluster is failing over): {text}"
@@ -224,18 +221,22 @@ class RedisBackend(Backend):
     def _try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         args = self.acquire_args(key, owner, ttl)
         sent = time.monotonic()
-        reply = self._call("acquire", lambda: self._script(*args), retry=True, key=key)
+        reply = self._call("acquire", lambda: self._script_as_waiter(*args), retry=True, key=key)
         return self.acquire_answer(key, owner, ttl, reply, sent)
 
     def acquire_args(self, key: str, owner: str, ttl: float) -> list[Any]:
-        """The keys and arguments of the script's ``acquire`` (see :meth:`try_acquire`)."""
+        """The 5 keys and the arguments of the script's ``acquire`` (see :meth:`try_acquire`)."""
         ms = max(1, int(ttl * 1000))
         holder = self._holder_here
         waiter = self._queued.get((key, owner))
-        channel = self._listener.channel_for(key) if waiter is not None else ""
-        who = waiter.id if waiter is not None else owner_id(owner)
-        fair = "0" if waiter is not None and not waiter.fair else "1"
-        keys = stored_keys(stored_key(key))
+        if waiter is None:
+            channel, who, fair = "", owner_id(owner), "1"
+        else:
+            channel, who = self._listener.channel_for(key), waiter.id
+            # '2': the release pushes our grant to our list, which we block on (BLPOP)
+            fair = "0" if not waiter.fair else "2" if waiter.reads_grants else "1"
+        lock_key = stored_key(key)
+        keys = [*stored_keys(lock_key), grant_list(lock_key, who)]
         return [*keys, "acquire", who, ms, holder, channel, self._floor, fair]
 
     def acquire_answer(self, key: str, owner: str, ttl: float, reply: Any, sent: float) -> Grant:
@@ -257,20 +258,39 @@ class RedisBackend(Backend):
         return Grant(False, retry_after=wait_ms / 1000.0 if wait_ms > 0 else None)
 
     def release(self, key: str, owner: str) -> bool:
-        args = self.release_args(key, owner)
-        return bool(self._call("release", lambda: self._script(*args), key=key))
+        args = self.release_args(key, owner, ours=True)
+        sent = time.monotonic()
+        reply = self._call("release", lambda: self._script(*args), key=key)
+        return self.release_answer(key, reply, sent)
 
-    def release_args(self, key: str, owner: str) -> list[Any]:
-        return [*stored_keys(stored_key(key)), "release", owner, self._floor]
+    def release_args(self, key: str, owner: str, *, ours: bool = False) -> list[Any]:
+        """The keys and arguments of the script's ``release``. ``ours``: while this process
+        has waiters, a lock handed to one of them comes back in the reply (see
+        :meth:`release_answer`) instead of as a notice."""
+        channel = self._listener.channel_for(key) if ours and self._listener.waiting else ""
+        return [*stored_keys(stored_key(key)), "release", owner, self._floor, channel]
+
+    def release_answer(self, key: str, reply: Any, sent: float) -> bool:
+        """Whether the release sent at ``sent`` released; a lock it handed to a waiter of
+        this process (``{1, id, token}``) goes to that waiter: the store's own reply is its
+        grant, so the waiter sends nothing, and the lease is counted from ``sent``."""
+        if isinstance(reply, list):
+            token = self.saw_token(int(reply[2]))
+            self._listener.hand(key, as_text(reply[1]), Grant(True, token, since=sent))
+            return True
+        return bool(reply)
 
     def leave(self, key: str, owner: str) -> None:
         """Take ``owner`` out of the queue of ``key``; pass the lock on if it was handed to
         it, and give back a lease it holds."""
         args = self.leave_args(key, owner)
-        self._call("leave the queue of", lambda: self._script(*args), retry=True, key=key)
+        self._call("leave the queue of", lambda: self._script_as_waiter(*args), retry=True, key=key)
 
     def leave_args(self, key: str, owner: str) -> list[Any]:
-        return [*stored_keys(stored_key(key)), "leave", owner, self._floor]
+        """The 5 keys and the arguments of the script's ``leave``."""
+        lock_key = stored_key(key)
+        keys = [*stored_keys(lock_key), grant_list(lock_key, owner_id(owner))]
+        return [*keys, "leave", owner, self._floor]
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
         args = self.on_record_args("extend", key, owner, ttl)
@@ -308,81 +328,14 @@ class RedisBackend(Backend):
     def begin_run(
         self, run: str, run_owner: str, key: str, owner: str, ttl: float
     ) -> tuple[Grant, Grant]:
-        if self._one_slot:
-            return super().begin_run(run, run_owner, key, owner, ttl)
-        ms = max(1, int(ttl * 1000))
-        holder = self._holder_here
-        acquire = ("acquire", "always", owner_id(run_owner), ms, holder, "", self._floor, "1")
-        adopt = ("adopt", "if-ok", owner, ms)
-        try:
-            replies = self._batch(
-                f"start a run on {run!r} and {key!r}", [run, key], [acquire, adopt], retry=True
-            )
-        except BackendUnavailable:
-            # as try_acquire: the batch may still land when the link heals
-            self.leaver.give_back(run, run_owner, time.monotonic() + ABANDONED_FOR + 2 * ttl)
-            raise
-        if replies is None:
-            return super().begin_run(run, run_owner, key, owner, ttl)
-        taken, adopted = replies
-        if not taken[0]:
-            pttl = int(taken[1])
-            return Grant(False, retry_after=pttl / 1000.0 if pttl > 0 else None), Grant(False)
-        run_grant = Grant(True, self.saw_token(int(taken[1])))
-        if adopted[0] != 1:
-            return run_grant, Grant(False)
-        return run_grant, Grant(True, self.saw_token(int(adopted[1])))
+        grants = self._batches.begin(run, run_owner, key, owner, ttl)
+        return super().begin_run(run, run_owner, key, owner, ttl) if grants is None else grants
 
     def end_run(
         self, releases: Sequence[tuple[str, str]], marker: tuple[str, str, float] | None = None
     ) -> list[bool]:
-        if self._one_slot:
-            return super().end_run(releases, marker)
-        keys: list[str] = []
-        ops: list[tuple[Any, ...]] = []
-        if marker is not None:
-            key, owner, ttl = marker
-            ms = max(1, int(ttl * 1000))
-            holder = self._holder_here
-            keys.append(key)
-            ops.append(("acquire", "always", owner_id(owner), ms, holder, "", self._floor, "1"))
-        for key, owner in releases:
-            keys.append(key)
-            ops.append(("release", "always", owner, self._floor))
-        replies = self._batch(f"end a run on {keys!r}", keys, ops)
-        if replies is None:
-            return super().end_run(releases, marker)
-        return [reply[0] == 1 for reply in replies[len(ops) - len(releases) :]]
-
-    def _batch(
-        self, what: str, keys: list[str], ops: list[tuple[Any, ...]], *, retry: bool = False
-    ) -> list[Any] | None:
-        """Run ``ops`` (name, when, arguments), one per key of ``keys``, in one script call
-        (``lua/lock.lua``, 'batch'); their replies, in order. ``retry`` as for :meth:`_call`.
-
-        None on a server in cluster mode, which refuses a script over several hash slots
-        (CROSSSLOT) before running it: the caller then makes the calls one lock at a time,
-        as every later batch of this backend does."""
-        stored = [part for key in keys for part in stored_keys(stored_key(key))]
-        args: list[Any] = ["batch"]
-        for name, when, *rest in ops:
-            args += [name, when, len(rest), *rest]
-        script = self._batches.get(len(stored))
-        if script is None:
-            script = self._batches[len(stored)] = self.new_script(len(stored))
-        crossslot = self._redis.exceptions.ClusterCrossSlotError
-
-        def run() -> list[Any] | None:
-            try:
-                return list(script(*stored, *args))
-            except crossslot:
-                return None  # CROSSSLOT: refused before it ran, nothing was done
-
-        replies = self._call(what, run, retry=retry)
-        if replies is None:
-            log.info("%s runs in cluster mode: batches go one lock at a time", self.describe())
-            self._one_slot = True
-        return replies
+        released = self._batches.end(releases, marker)
+        return super().end_run(releases, marker) if released is None else released
 
     def queue_first(self) -> bool:
         # Once this process has waited (the listener is up), a blocking caller registers
@@ -412,62 +365,11 @@ class RedisBackend(Backend):
 
     # -- admin --------------------------------------------------------------------------------
 
-    @staticmethod
-    def _parse(stored_key: str, value: bytes | str | None, pttl: int) -> Lease | None:
-        if value is None:
-            return None
-        text = as_text(value)
-        owner, _, rest = text.partition("|")
-        token_text, _, holder = rest.partition("|")
-        started = None
-        # "<ms>|<holder>" since the record keeps its start; a record written before holds
-        # "<holder>" alone, which never is all digits ("<host> pid <pid>").
-        started_ms, bar, after = holder.partition("|")
-        if bar and started_ms.isdigit():
-            started, holder = int(started_ms) / 1000.0, after
-        return Lease(
-            key=stored_key,
-            owner_hint=owner[:8],  # an owner id starts with its hint
-            token=int(token_text) if token_text.isdigit() else None,
-            ttl_remaining=pttl / 1000.0 if pttl >= 0 else None,
-            holder=holder or None,
-            started=started,
-        )
-
-    def _leases(self, lock_keys: list[str]) -> list[Lease]:
-        def fetch() -> list[Any]:
-            pipe = self.client.pipeline(transaction=False)
-            for lock_key in lock_keys:
-                pipe.get(lock_key)
-                pipe.pttl(lock_key)
-                pipe.zcard(lock_key + ":q")  # the waiters queued on it
-            return pipe.execute()
-
-        replies = self._call("read locks", fetch, retry=True)
-        leases = []
-        for i, lock_key in enumerate(lock_keys):
-            value, pttl, waiters = replies[3 * i : 3 * i + 3]
-            lease = self._parse(lock_key[len(PREFIX) : -1], value, pttl)
-            if lease is not None:
-                leases.append(dataclasses.replace(lease, waiters=int(waiters)))
-        return leases
-
     def list(self, prefix: str) -> list[Lease]:
-        pattern = PREFIX + _glob_escape(prefix) + "*}"
-
-        def scan() -> list[str]:
-            found = []
-            for raw in self.client.scan_iter(match=pattern, count=1000, _type="string"):
-                name = as_text(raw)
-                if name.endswith("}"):
-                    found.append(name)
-            return found
-
-        lock_keys = sorted(set(self._call("list locks", scan, retry=True)))
-        return self._leases(lock_keys) if lock_keys else []
+        return list_leases(self, prefix)
 
     def info(self, key: str) -> Lease | None:
-        leases = self._leases([stored_key(key)])
+        leases = read_leases(self, [stored_key(key)])
         return leases[0] if leases else None
 
     def force_release(self, key: str) -> bool:
@@ -495,20 +397,3 @@ class RedisBackend(Backend):
         if not self._shared_pool:  # the app's client is the app's to close
             self.client.close()
         self.listener_client.close()
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
-
-
-#: Answers of a server that cannot take writes for now (a failover demoted it, it is loading
-#: its data, its primary or cluster is down): unavailable, like a dropped connection. redis-py
-#: strips the code from the message of the classes it knows, so both are checked.
-_TRANSIENT_CODES = ("READONLY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
-_TRANSIENT_CLASSES = ("ReadOnlyError", "BusyLoadingError", "MasterDownError", "TryAgainError",
-                      "ClusterDownError")  # fmt: skip
-
-
-def _is_transient(errors: Any, exc: Exception) -> bool:
-    classes = tuple(getattr(errors, name) for name in _TRANSIENT_CLASSES if hasattr(errors, name))
-    return isinstance(exc, classes) or str(exc).startswith(_TRANSIENT_CODES)

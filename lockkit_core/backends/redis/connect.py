@@ -1,5 +1,6 @@
 """How the redis backend reaches its server: the TLS options checked before any connection,
-and the warning for a password that would cross a network in plain text.
+the warning for a password that would cross a network in plain text, and the answers that say
+the server cannot serve locks for now.
 
 A bad TLS setting found only at the first connection would surface as ``BackendUnavailable``
 in production, looking like an outage; here it is a :class:`ConfigError` naming the option,
@@ -20,7 +21,7 @@ from ...errors import ConfigError, InsecureTransportWarning
 from ...store_warnings import outside_lockkit
 from ...url import LockURL
 
-__all__ = ["TLS_OPTIONS", "check_tls_options", "warn_plain_password"]
+__all__ = ["TLS_OPTIONS", "check_tls_options", "is_transient", "warn_plain_password"]
 
 log = logging.getLogger("lockkit.redis")
 
@@ -109,3 +110,17 @@ def warn_plain_password(url: LockURL, options: Mapping[str, Any]) -> None:
     )
     log.warning("%s", message)
     warnings.warn(message, InsecureTransportWarning, stacklevel=outside_lockkit())
+
+
+#: Answers of a server that cannot take writes for now (a failover demoted it, it is loading
+#: its data, its primary or cluster is down): unavailable, like a dropped connection. redis-py
+#: strips the code from the message of the classes it knows, so both are checked.
+_TRANSIENT_CODES = ("READONLY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
+_TRANSIENT_CLASSES = ("ReadOnlyError", "BusyLoadingError", "MasterDownError", "TryAgainError",
+                      "ClusterDownError")  # fmt: skip
+
+
+def is_transient(errors: Any, exc: Exception) -> bool:
+    """Whether ``exc`` (of redis-py's ``errors`` module) is such an answer."""
+    classes = tuple(getattr(errors, name) for name in _TRANSIENT_CLASSES if hasattr(errors, name))
+    return isinstance(exc, classes) or str(exc).startswith(_TRANSIENT_CODES)

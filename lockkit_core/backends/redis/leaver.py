@@ -9,13 +9,16 @@ from collections.abc import Callable
 
 from ...errors import BackendUnavailable
 
-__all__ = ["RETRY", "Leaver"]
+__all__ = ["ABANDONED_FOR", "RETRY", "Leaver"]
 
 log = logging.getLogger("lockkit.redis")
 
 #: how often a leave is tried again while the store is out of reach, and repeated for an
 #: attempt abandoned in an outage
 RETRY = 1.0
+#: how long (seconds, plus two ttls) an attempt that failed in an outage is given back for:
+#: its request may still arrive when the link heals, and set a lease of one ttl from then
+ABANDONED_FOR = 60.0
 
 _Item = tuple[str, str]  # (key, owner token)
 

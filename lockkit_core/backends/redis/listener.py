@@ -14,6 +14,7 @@ from .scripts import stored_key
 if TYPE_CHECKING:
     from redis.client import PubSub
 
+    from ..base import Grant
     from .backend import RedisBackend
     from .waiter import RedisWaiter
 
@@ -76,6 +77,11 @@ class Listener:
     @property
     def healthy(self) -> bool:
         return self._ready.is_set()
+
+    @property
+    def waiting(self) -> bool:
+        """Whether any waiter of this process is registered (a lock may be handed to it)."""
+        return bool(self._waiters)
 
     def channel_for(self, key: str) -> str:
         """The channel on which the store tells this process that ``key`` was handed over:
@@ -161,6 +167,18 @@ class Listener:
                     waiter.ask_at = at
             else:
                 waiter.handed = True
+            waiter.event.set()
+
+    def hand(self, key: str, waiter_id: str, grant: Grant) -> None:
+        """A release of this process was answered with a lock handed to our waiter
+        ``waiter_id``: the store's reply is its grant (unlike a notice, nobody else can send
+        it), so the waiter takes it without a round trip. One that has left meanwhile is not
+        here: its leave, on its way from its close, passes the lock on."""
+        with self._lock:
+            waiter = self._waiters.get(waiter_id)
+            if waiter is None or waiter.key != key:
+                return
+            waiter.granted = grant
             waiter.event.set()
 
     def _idle_now(self) -> bool:

@@ -16,6 +16,7 @@ __all__ = [
     "PREFIX",
     "SCRIPT_LOAD",
     "Script",
+    "grant_list",
     "owner_id",
     "script_source",
     "stored_key",
@@ -40,6 +41,12 @@ def stored_key(full_key: str) -> str:
 def stored_keys(lock_key: str) -> list[str]:
     """Record, fence counter, queue and queue entries of one lock, in the script's order."""
     return [lock_key, lock_key + ":f", lock_key + ":q", lock_key + ":e"]
+
+
+def grant_list(lock_key: str, waiter_id: str) -> str:
+    """The list a release pushes the grant of waiter ``waiter_id`` to (``lua/lock.lua``, G):
+    in the lock's hash slot, like its other keys."""
+    return lock_key + ":g:" + waiter_id
 
 
 SCRIPT_LOAD = Packer(("SCRIPT", "LOAD"))

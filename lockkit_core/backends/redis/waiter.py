@@ -1,5 +1,5 @@
-"""A blocking caller queued on one key, woken by the notice that hands it the lock, which it
-then confirms with the store."""
+"""A caller queued on one key: handed the lock by its grant list, by the reply to a release of
+its own process, or woken by a notice, which it then confirms with the store."""
 
 from __future__ import annotations
 
@@ -68,6 +68,9 @@ class RedisWaiter(Waiter):
         self.event: Wakeable = event or self._blocking  # type: ignore[assignment]
         #: a notice said the lock was handed to us: ask the store (never taken as a grant)
         self.handed = False
+        #: the grant a release of this process handed us, from the store's reply (set by the
+        #: listener's :meth:`~.listener.Listener.hand`)
+        self.granted: Grant | None = None
         #: the ttl of our attempts, which a confirming attempt asks for again
         self.ttl: float | None = None
         self.queued_at: float | None = None  # send time of the first attempt that queued us
@@ -86,18 +89,22 @@ class RedisWaiter(Waiter):
         waiting up to ``timeout`` for it; for a caller that waits on its own ``event``."""
         return self._listener.wait_ready(timeout)
 
-    def wait(self, timeout: float) -> Grant | None:
-        # A queued fair=True blocking waiter reads the grant the release pushes for it
-        # (lua/lock.lua, hand_over), from the store; the listener being up means its channel
-        # is subscribed, so a release that finds it counts it alive and pushes.
-        if (
+    @property
+    def reads_grants(self) -> bool:
+        """Whether a release pushes our grant to our grant list, which :meth:`wait` blocks
+        on (a blocking ``fair=True`` waiter off Cluster), rather than telling us on pub/sub."""
+        return (
             self.grant_list
             and self._backend.grant_connections is not None
             and self.fair
             and self._blocking is not None
-            and self.queued_at is not None
-            and self._listener.healthy
-        ):
+        )
+
+    def wait(self, timeout: float) -> Grant | None:
+        # A queued fair=True blocking waiter reads the grant the release pushes for it
+        # (lua/lock.lua, hand_over), from the store; the listener being up means its channel
+        # is subscribed, so a release that asks (PUBSUB NUMSUB) counts it alive and pushes.
+        if self.reads_grants and self.queued_at is not None and self._listener.healthy:
             return self._await_grant(timeout)
         return run(self.waiting(timeout), self._step)
 
@@ -146,6 +153,10 @@ class RedisWaiter(Waiter):
             self._backoff = min(0.1, self._backoff * 2)
         until = time.monotonic() + timeout
         while True:
+            granted = self.granted
+            if granted is not None:
+                self.granted = None
+                return granted
             now = time.monotonic()
             # told when to ask again ('<id>|@<ms>', or a busy answer's): no sooner, no later
             ask_at = self.ask_at
@@ -153,6 +164,8 @@ class RedisWaiter(Waiter):
                 self.ask_at = None
                 return None
             yield max(0.0, min(until, ask_at or until) - now)
+            if self.granted is not None:
+                continue  # taken at the top
             if self.handed:
                 self.handed = False
                 return (yield from self._confirm())

@@ -116,7 +116,7 @@ class RedlockBackend(Backend):
         # ttl - elapsed - drift on the monotonic clock from before the first request.
         sent = time.monotonic()
         args = [node.acquire_args(key, owner, ttl) for node in self.nodes]
-        replies = self._fanout.call(what, 4, args)
+        replies = self._fanout.call(what, 5, args)
         grants = [
             None
             if reply.error is not None

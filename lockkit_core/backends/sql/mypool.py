@@ -14,6 +14,12 @@ from typing import Any
 import pymysql
 from pymysql.constants import CLIENT
 
+# From the module object itself, never through the attribute ``pymysql.err``: a Django project
+# that runs PyMySQL as MySQLdb (``pymysql.install_as_MySQLdb()``) imports ``MySQLdb.converters``,
+# which loads a second copy of the error module and rebinds ``pymysql.err`` to it, while the
+# driver keeps raising the first copy's classes.
+from pymysql.err import Error, InterfaceError, MySQLError, OperationalError
+
 from ...errors import BackendError, BackendUnavailable, ConfigError
 
 __all__ = ["MAX_IDLE", "Conn", "MyPool", "Results", "execute", "forget", "translated"]
@@ -36,7 +42,7 @@ def translated(what: str, where: str) -> Iterator[None]:
     """Turn PyMySQL's errors into lockkit's, naming what we were doing and on which server."""
     try:
         yield
-    except pymysql.err.MySQLError as exc:
+    except MySQLError as exc:
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
         if code in _DENIED:
             raise ConfigError(
@@ -44,8 +50,8 @@ def translated(what: str, where: str) -> Iterator[None]:
                 "the lease table, or have an administrator create it with 'lockkit migrate "
                 "URL' (--sql prints the statements)"
             ) from exc
-        if isinstance(exc, pymysql.err.InterfaceError) or (
-            isinstance(exc, pymysql.err.OperationalError)
+        if isinstance(exc, InterfaceError) or (
+            isinstance(exc, OperationalError)
             and (code is None or code >= 2000 or code in {1040, 1053, 1927})
         ):
             # a closed connection; client errors (2000+: cannot connect, connection lost),
@@ -166,5 +172,5 @@ def execute(conn: Conn, sql: str, params: Any, what: str, where: str) -> Results
 def forget(conn: Conn) -> None:
     """Close ``conn`` without minding whether it still works."""
     # already closed, or the socket is gone: there is nothing to tell the server
-    with contextlib.suppress(pymysql.err.Error):
+    with contextlib.suppress(Error):
         conn.close()

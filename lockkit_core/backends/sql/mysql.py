@@ -4,7 +4,8 @@ Acquiring is one short transaction sent in one round trip (see :func:`acquire_sq
 the key's row, and if the key is free, its lease over or ours, write it (bumping the fence
 counter for a new holder) and commit. Release and extend are one statement each, comparing
 the owner digest. Waiting: one waiter per key backs off and tries, the others queue in the
-server (see :mod:`.mywait`); MySQL cannot notify another session.
+server (see :mod:`.mywait`); MySQL cannot notify another session. On an event loop the same
+statements run on a few threads of the kit and the waiters queue on the loop (:mod:`.myaio`).
 """
 
 from __future__ import annotations
@@ -18,11 +19,20 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...errors import BackendError, ConfigError
 from ...url import LockURL
+from ..aio import AsyncOps, Executor, PerLoop
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
 from .giveback import GiveBack
-from .schema import DEFAULT_TABLE, check_table, mysql_ddl
+from .schema import (
+    DEFAULT_TABLE,
+    LEASE_TABLE,
+    SERVER_OPTIONS,
+    check_table,
+    lease_from_row,
+    mysql_ddl,
+)
 
 if TYPE_CHECKING:
+    from .myaio import MyOps
     from .mypool import MyPool
 
 __all__ = ["MySQLBackend"]
@@ -72,22 +82,9 @@ class MySQLBackend(Backend):
     schemes: ClassVar[tuple[str, ...]] = ("mysql", "mariadb")
     extra: ClassVar[str | None] = "mysql"
     requires: ClassVar[str | None] = "pymysql"
-    capabilities: ClassVar[Capability] = (
-        Capability.TTL
-        | Capability.FENCING
-        | Capability.CROSS_PROCESS
-        | Capability.CROSS_HOST
-        | Capability.LIST
-        | Capability.HAND_OFF
-    )
+    capabilities: ClassVar[Capability] = LEASE_TABLE | Capability.CROSS_HOST
     grade: ClassVar[Grade] = Grade.SINGLE_NODE
-    option_types: ClassVar[Mapping[str, type]] = {
-        "username": str,
-        "password": str,
-        "connect_timeout": float,
-        "socket_timeout": float,
-        "table": str,
-    }
+    option_types: ClassVar[Mapping[str, type]] = {**SERVER_OPTIONS, "table": str}
 
     def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
         super().__init__(url, options)
@@ -119,6 +116,11 @@ class MySQLBackend(Backend):
         self._giveback = GiveBack(self.release, self._server_thread_alive)
         self._holder = f"{socket.gethostname()} pid "
         self._schema_lock = threading.Lock()
+        from .mypool import MAX_IDLE
+
+        # as many threads as the pool keeps connections: more would only open and close some
+        self._executor = Executor("lockkit-mysql", threads=MAX_IDLE)
+        self._aio: PerLoop[MyOps] = PerLoop()
 
     # -- statements ------------------------------------------------------------------------------
 
@@ -136,6 +138,13 @@ class MySQLBackend(Backend):
         from .mywait import RoomWaiter, waiting_room
 
         return RoomWaiter(self._pool, waiting_room(self.table, key), self._socket_timeout / 2)
+
+    def aio(self) -> AsyncOps:
+        """These statements on the kit's few threads, the waiting on the running loop (one
+        set of waiting rooms per loop; see .myaio)."""
+        from .myaio import MyOps
+
+        return self._aio.get(lambda: MyOps(self, self._executor))
 
     def _server_thread_alive(self, thread: int) -> bool:
         done = self._pool.run(
@@ -233,14 +242,8 @@ class MySQLBackend(Backend):
     @staticmethod
     def _lease(row: tuple[Any, ...]) -> Lease:
         key, owner, fence, left_us, holder, started_us = row
-        return Lease(
-            key=bytes(key).decode("utf-8", "surrogatepass"),
-            owner_hint=str(owner)[:8],
-            token=int(fence),
-            ttl_remaining=max(0.0, left_us / 1e6),
-            holder=holder,
-            started=started_us / 1e6,
-        )
+        key = bytes(key).decode("utf-8", "surrogatepass")
+        return lease_from_row((key, owner, fence, left_us / 1e6, holder, started_us / 1e6))
 
     def list(self, prefix: str) -> list[Lease]:
         raw = prefix.encode("utf-8", "surrogatepass")
@@ -276,6 +279,8 @@ class MySQLBackend(Backend):
     def after_fork_in_child(self) -> None:
         self._pool.forget_after_fork()
         self._giveback = GiveBack(self.release, self._server_thread_alive)
+        self._executor.forget_after_fork()
+        self._aio = PerLoop()
 
     def connection(self, what: str) -> Any:
         """A new autocommit PyMySQL connection with this store's settings, for checks outside
@@ -283,5 +288,6 @@ class MySQLBackend(Backend):
         return self._pool.connect(what)
 
     def close(self) -> None:
+        self._executor.close()
         self._giveback.close()
         self._pool.close()

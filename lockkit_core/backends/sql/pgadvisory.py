@@ -44,6 +44,7 @@ from .pgpool import BoundedConnection, PgPool, translated
 from .pgsessions import HeldSessions
 from .pgwait import STATEMENT_MARGIN_MS
 from .postgres import postgres_conninfo
+from .schema import SERVER_OPTIONS
 
 __all__ = ["PgAdvisoryBackend", "advisory_id"]
 
@@ -68,10 +69,7 @@ class PgAdvisoryBackend(Backend):
     )
     grade: ClassVar[Grade] = Grade.SINGLE_NODE
     option_types: ClassVar[Mapping[str, type]] = {
-        "username": str,
-        "password": str,
-        "connect_timeout": float,
-        "socket_timeout": float,
+        **SERVER_OPTIONS,
         "sslmode": str,
         "mode": str,
         "scope": str,

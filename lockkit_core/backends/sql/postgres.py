@@ -16,7 +16,14 @@ from ...url import LockURL
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
 from .giveback import GiveBack
 from .notices import notify_channel
-from .schema import DEFAULT_TABLE, check_table, postgres_ddl
+from .schema import (
+    DEFAULT_TABLE,
+    LEASE_TABLE,
+    SERVER_OPTIONS,
+    check_table,
+    lease_from_row,
+    postgres_ddl,
+)
 
 if TYPE_CHECKING:
     from ..aio import AsyncOps
@@ -69,21 +76,10 @@ class PostgresBackend(Backend):
     schemes: ClassVar[tuple[str, ...]] = ("postgresql", "postgres")
     extra: ClassVar[str | None] = "postgresql"
     requires: ClassVar[str | None] = "psycopg"
-    capabilities: ClassVar[Capability] = (
-        Capability.TTL
-        | Capability.FENCING
-        | Capability.NOTIFY
-        | Capability.CROSS_PROCESS
-        | Capability.CROSS_HOST
-        | Capability.LIST
-        | Capability.HAND_OFF
-    )
+    capabilities: ClassVar[Capability] = LEASE_TABLE | Capability.CROSS_HOST | Capability.NOTIFY
     grade: ClassVar[Grade] = Grade.SINGLE_NODE
     option_types: ClassVar[Mapping[str, type]] = {
-        "username": str,
-        "password": str,
-        "connect_timeout": float,
-        "socket_timeout": float,
+        **SERVER_OPTIONS,
         "sslmode": str,
         "table": str,
         "mode": str,
@@ -312,26 +308,14 @@ SELECT live, pg_notify(%(channel)s, '') FROM gone"""
 
     # -- admin -----------------------------------------------------------------------------------
 
-    @staticmethod
-    def _lease(row: tuple[Any, ...]) -> Lease:
-        key, owner, fence, left, holder, started = row
-        return Lease(
-            key=key,
-            owner_hint=str(owner)[:8],
-            token=int(fence),
-            ttl_remaining=max(0.0, float(left)),
-            holder=holder,
-            started=float(started),
-        )
-
     def list(self, prefix: str) -> list[Lease]:
         escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         rows = self._run(self._list_sql, {"pattern": escaped + "%"}, "list locks")
-        return [self._lease(row) for row in rows]
+        return [lease_from_row(row) for row in rows]
 
     def info(self, key: str) -> Lease | None:
         rows = self._run(self._info_sql, {"key": key}, f"read the lock {key!r}")
-        return self._lease(rows[0]) if rows else None
+        return lease_from_row(rows[0]) if rows else None
 
     def force_release(self, key: str) -> bool:
         params = {"key": key, "channel": self._channel(key)}

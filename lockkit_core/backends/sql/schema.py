@@ -10,18 +10,39 @@ SQLite), so a key freed, deleted and taken again still gets a larger token.
 from __future__ import annotations
 
 import re
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from ...errors import ConfigError
+from ..base import Capability, Lease
 
 __all__ = [
     "DEFAULT_TABLE",
+    "LEASE_TABLE",
+    "SERVER_OPTIONS",
     "LeaseTable",
     "check_table",
+    "lease_from_row",
     "mysql_ddl",
     "postgres_ddl",
     "sqlite_ddl",
 ]
+
+#: what a lease table gives on every database (a server adds CROSS_HOST, PostgreSQL NOTIFY)
+LEASE_TABLE = (
+    Capability.TTL
+    | Capability.FENCING
+    | Capability.CROSS_PROCESS
+    | Capability.LIST
+    | Capability.HAND_OFF
+)
+#: the URL options of a database server's connection, beside each store's own
+SERVER_OPTIONS: Mapping[str, type] = {
+    "username": str,
+    "password": str,
+    "connect_timeout": float,
+    "socket_timeout": float,
+}
 
 
 @runtime_checkable
@@ -37,6 +58,20 @@ class LeaseTable(Protocol):
     def create_schema(self) -> None:
         """Run :meth:`ddl` on the store."""
         ...
+
+
+def lease_from_row(row: Sequence[Any]) -> Lease:
+    """The :class:`Lease` of one row read as ``(key, owner digest, fence, seconds left,
+    holder, start time in seconds since the epoch)``."""
+    key, owner, fence, left, holder, started = row
+    return Lease(
+        key=key,
+        owner_hint=str(owner)[:8],
+        token=int(fence),
+        ttl_remaining=max(0.0, float(left)),
+        holder=holder,
+        started=float(started),
+    )
 
 
 DEFAULT_TABLE = "lockkit_lease"

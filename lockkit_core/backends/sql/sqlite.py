@@ -17,7 +17,7 @@ from ...errors import BackendError, BackendUnavailable, ConfigError
 from ...url import LockURL
 from ..aio import AsyncOps, Executor, ExecutorOps
 from ..base import Backend, Capability, Grade, Grant, Lease, owner_id
-from .schema import DEFAULT_TABLE, check_table, sqlite_ddl
+from .schema import DEFAULT_TABLE, LEASE_TABLE, check_table, lease_from_row, sqlite_ddl
 
 __all__ = ["SqliteBackend"]
 
@@ -36,13 +36,7 @@ class SqliteBackend(Backend):
     """
 
     schemes: ClassVar[tuple[str, ...]] = ("sqlite",)
-    capabilities: ClassVar[Capability] = (
-        Capability.TTL
-        | Capability.FENCING
-        | Capability.CROSS_PROCESS
-        | Capability.LIST
-        | Capability.HAND_OFF
-    )
+    capabilities: ClassVar[Capability] = LEASE_TABLE
     grade: ClassVar[Grade] = Grade.SINGLE_NODE
     option_types: ClassVar[Mapping[str, type]] = {"timeout": float, "table": str}
 
@@ -184,18 +178,6 @@ class SqliteBackend(Backend):
 
     _COLUMNS = f"key, owner, fence, expires_at - {NOW}, holder, started_at"
 
-    @staticmethod
-    def _lease(row: Sequence[Any]) -> Lease:
-        key, owner, fence, left, holder, started = row
-        return Lease(
-            key=key,
-            owner_hint=str(owner)[:8],
-            token=int(fence),
-            ttl_remaining=max(0.0, float(left)),
-            holder=holder,
-            started=float(started),
-        )
-
     def list(self, prefix: str) -> list[Lease]:
         rows = self._run(
             f"SELECT {self._COLUMNS} FROM {self.table} "
@@ -203,7 +185,7 @@ class SqliteBackend(Backend):
             (len(prefix), prefix),
             "list locks",
         )
-        return [self._lease(row) for row in rows]
+        return [lease_from_row(row) for row in rows]
 
     def info(self, key: str) -> Lease | None:
         rows = self._run(
@@ -211,7 +193,7 @@ class SqliteBackend(Backend):
             (key,),
             f"read the lock {key!r}",
         )
-        return self._lease(rows[0]) if rows else None
+        return lease_from_row(rows[0]) if rows else None
 
     def force_release(self, key: str) -> bool:
         rows = self._run(

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
-from ...errors import BackendUnavailable, ConfigError
+from ...errors import BackendUnavailable
 from ...url import LockURL
+from ..aio import PerLoop
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
+from .admin import force_release, list_leases, read_lease
 from .aio import Sender, ZooKeeperOps
 from .claims import UNSENT, Claims, claim_delay
-from .nodes import NodeData, node_key, node_owner, remaining_ms
-from .session import Session, Steps, client_kwargs
+from .nodes import NodeData, node_owner, remaining_ms
+from .session import Session, Steps, client_kwargs, ensemble
 from .shared import SharedPlaces
 from .tree import LockTree, Mine, op
 from .waiter import ZooKeeperWaiter
@@ -63,23 +63,8 @@ class ZooKeeperBackend(Backend):
 
     def __init__(self, url: LockURL, options: Mapping[str, Any]) -> None:
         super().__init__(url, options)
-        netloc = urlsplit(url.raw).netloc.rpartition("@")[2]
-        if not netloc:
-            raise ConfigError(
-                f"the ZooKeeper URL {url.redacted()!r} names no server; "
-                "use zookeeper://host1:2181,host2:2181/chroot"
-            )
-        for part in netloc.split(","):
-            host, _, port = part.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ConfigError(
-                    f"bad server {part!r} in the ZooKeeper URL {url.redacted()!r}: "
-                    "each must be host:port, e.g. zookeeper://10.0.0.1:2181,10.0.0.2:2181/"
-                )
+        netloc, chroot = ensemble(url)
         self.check_seconds("session_timeout", "socket_timeout")
-        chroot = url.path.rstrip("/")
-        if chroot and not chroot.startswith("/"):
-            raise ConfigError(f"the ZooKeeper chroot must start with '/', got {chroot!r}")
         username = unquote(url.username) if url.username else None
         kwargs = client_kwargs(netloc, username, url.password, self.options)
         self.session = Session(kwargs, self.options.get("socket_timeout", 5.0), url.redacted())
@@ -92,9 +77,7 @@ class ZooKeeperBackend(Backend):
         self._session_timeout = float(kwargs["timeout"])
         #: makes the kazoo calls of asyncio callers (see .aio), started on first use
         self.sender = Sender()
-        self._aio: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ZooKeeperOps] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._aio: PerLoop[ZooKeeperOps] = PerLoop()
 
     def _sweep(self) -> None:
         self.session.run(self._sweeping())
@@ -343,11 +326,7 @@ class ZooKeeperBackend(Backend):
         """The same plans of requests, each sent with kazoo's ``*_async`` methods and awaited
         through a future of the loop: no thread per request or waiter (one set of operations
         per loop, made on first use)."""
-        loop = asyncio.get_running_loop()
-        ops = self._aio.get(loop)
-        if ops is None:
-            ops = self._aio[loop] = ZooKeeperOps(self)
-        return ops
+        return self._aio.get(lambda: ZooKeeperOps(self))
 
     def leave(self, key: str, owner: str, *, reachable: bool) -> Steps[None]:
         """Drop ``owner``'s queue node on ``key`` (the waiter gave up)."""
@@ -394,57 +373,14 @@ class ZooKeeperBackend(Backend):
 
     # -- admin --------------------------------------------------------------------------------
 
-    def _lease(self, key: str) -> Lease | None:
-        from kazoo.exceptions import NoNodeError
-
-        run = self.session.run
-        children = run(self.tree.children(key))
-        if not children:
-            return None
-        head = f"{self.tree.parent(key)}/{children[0]}"
-        try:
-            raw, stat = run(
-                self.tree.call(f"read the holder of {key!r}", lambda c: c.get_async(head))
-            )
-        except NoNodeError:
-            return None
-        data = NodeData.decode(raw)
-        left = remaining_ms(stat.mtime, data.lease_ms, self.tree.server_now())
-        if left is not None and left <= 0:
-            return None  # its lease is over: the next contender removes it
-        return Lease(
-            key=key,
-            owner_hint=children[0][:8],  # an owner id starts with its hint
-            token=int(stat.czxid),
-            ttl_remaining=None if left is None else left / 1000.0,
-            holder=data.describe(len(children) - 1),
-            started=data.since or None,
-            waiters=len(children) - 1,
-        )
-
     def list(self, prefix: str) -> list[Lease]:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            names = self.session.run(
-                self.tree.call("list locks", op("get_children_async", self.tree.root))
-            )
-        except NoNodeError:
-            return []
-        keys = sorted(k for k in map(node_key, names) if k is not None and k.startswith(prefix))
-        leases = [self._lease(k) for k in keys]
-        return [lease for lease in leases if lease is not None]
+        return list_leases(self.session, self.tree, prefix)
 
     def info(self, key: str) -> Lease | None:
-        return self._lease(key)
+        return read_lease(self.session, self.tree, key)
 
     def force_release(self, key: str) -> bool:
-        children = self.session.run(self.tree.children(key))
-        if not children:
-            return False
-        done = self.session.run(self.tree.delete(f"{self.tree.parent(key)}/{children[0]}"))
-        self.tree.drop_parent(key)
-        return done
+        return force_release(self.session, self.tree, key)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -454,7 +390,7 @@ class ZooKeeperBackend(Backend):
         self.tree.forget_after_fork()
         self._claims.forget_after_fork()
         self.sender = Sender()
-        self._aio = weakref.WeakKeyDictionary()
+        self._aio = PerLoop()
         self._nodes = {}
         self._queued = {}
 

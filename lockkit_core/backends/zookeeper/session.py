@@ -20,14 +20,16 @@ import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
 from ...errors import BackendError, BackendUnavailable, ConfigError
 from ...sansio import run
 
 if TYPE_CHECKING:
     from ...hold import Hold
+    from ...url import LockURL
 
-__all__ = ["Request", "Session", "Steps", "client_kwargs"]
+__all__ = ["Request", "Session", "Steps", "client_kwargs", "ensemble"]
 
 log = logging.getLogger("lockkit.zookeeper")
 
@@ -49,6 +51,27 @@ class Request:
 #: the lock operations on ZooKeeper, written once as plans of :class:`Request` steps (see
 #: :mod:`lockkit_core.sansio`): :meth:`Session.run` sends them blocking, ``.aio`` on a loop
 Steps = Generator[Request, Any, T]
+
+
+def ensemble(url: LockURL) -> tuple[str, str]:
+    """The URL's ``host:port,...`` servers and its chroot (``""`` for none), checked."""
+    netloc = urlsplit(url.raw).netloc.rpartition("@")[2]
+    if not netloc:
+        raise ConfigError(
+            f"the ZooKeeper URL {url.redacted()!r} names no server; "
+            "use zookeeper://host1:2181,host2:2181/chroot"
+        )
+    for part in netloc.split(","):
+        host, _, port = part.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(
+                f"bad server {part!r} in the ZooKeeper URL {url.redacted()!r}: "
+                "each must be host:port, e.g. zookeeper://10.0.0.1:2181,10.0.0.2:2181/"
+            )
+    chroot = url.path.rstrip("/")
+    if chroot and not chroot.startswith("/"):
+        raise ConfigError(f"the ZooKeeper chroot must start with '/', got {chroot!r}")
+    return netloc, chroot
 
 
 def client_kwargs(

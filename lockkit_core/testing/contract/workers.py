@@ -3,6 +3,7 @@ them, and the counter file they increment."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import traceback
 from pathlib import Path
@@ -12,6 +13,7 @@ from ...kit import LockKit
 
 __all__ = [
     "acquire_and_exit",
+    "acquired_by_an_exited_process",
     "exclusion_worker",
     "increment_under_lock",
     "init_counter",
@@ -97,3 +99,21 @@ def acquire_and_exit(url: str, namespace: str, key: str, ttl: float | None, resu
         results.put((lock.owner, lock.token) if got else ("busy", None))
     except BaseException:
         results.put(("error", traceback.format_exc()))
+
+
+def acquired_by_an_exited_process(
+    url: str, namespace: str, key: str, ttl: float | None
+) -> tuple[str, int | None]:
+    """Run :func:`acquire_and_exit` in a spawned process and wait for it to end; the owner
+    token and fencing token of the lock it left held on ``key``."""
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    proc = ctx.Process(target=acquire_and_exit, args=(url, namespace, key, ttl, results))
+    proc.start()
+    try:
+        owner, token = results.get(timeout=60)
+    finally:
+        proc.join(30)
+    assert proc.exitcode == 0
+    assert owner not in ("busy", "error"), token  # on "error", token is the traceback
+    return owner, token

@@ -8,30 +8,42 @@
 --   F  KEYS[2]  "lockkit:{<ns:key>}:f"  the key's last fencing token; lives FENCE_MS past a grant
 --   Q  KEYS[3]  "lockkit:{<ns:key>}:q"  zset of waiter ids, scored by arrival number (a counter)
 --   E  KEYS[4]  "lockkit:{<ns:key>}:e"  hash: waiter id ->
---                 "<expiry ms>|<lease ms>|<channel>|<holder>" (fair=True waiters) or
+--                 "<expiry ms>|<lease ms>|<channel>|<holder>" (fair=True waiters),
+--                 "<expiry ms>|<lease ms>|<channel>|=<holder>" (fair=True waiters that read
+--                 their grant from G), or
 --                 "<expiry ms>|<lease ms>|<channel>|~<holder>" (fair=False); and, while the
 --                 queue lives, 't' (server ms the head became the head), 'n' (locks taken
 --                 past that head), 'h' ('<id>|<channel>' of the head when it is a fair=False
 --                 waiter), 'w' (the head's id once it knows when to ask again), 'l' (the
 --                 process that last freed the lock past the head), 's' (a
 --                 fair=True waiter joined: no barging until the queue empties)
---   G  "lockkit:{<ns:key>}:g:<id>"  list: the token handed to the fair=True waiter <id>, which
---                 waits for it with BLPOP; not in KEYS (the releaser cannot know the waiter
---                 beforehand) but in the lock's hash slot, so Cluster serves it on the same node
+--   G  "lockkit:{<ns:key>}:g:<id>"  list: the token handed to the waiter <id> of an '='
+--                 entry, which waits for it with BLPOP. KEYS[5] of the waiter's own 'acquire'
+--                 and of 'leave', which clear it. A release pushes to the head's without
+--                 declaring it (the releaser cannot know the head beforehand): in the lock's
+--                 hash slot all the same, and only on a single server, since a Cluster's
+--                 waiters never make '=' entries (their grants come as notices).
 -- <id> is an owner's public name: sha1hex(secret), 40 hex digits (its first 8 are the admin
 -- hint). The secret is never stored nor published: the operations that
 -- act on a held lock present it, and only its id is compared.
 --
 -- ARGV[1]   KEYS     ARGV[2..]                                   returns
 -- 'acquire' L F Q E  id, lease ms, holder, channel or '', floor, {1, token} | {0, pttl} |
---                    fair ('1' or '0')                           {0, pttl, ask again in ms}
--- 'release' L F Q E  secret, floor                               1 released | 0 not held
+--       [G]          fair ('0', '1', or '2': fair and reads G)   {0, pttl, ask again in ms}
+-- 'release' L F Q E  secret, floor, channel or ''                1 released | 0 not held |
+--                                                                {1, id, token} released and
+--                                                                handed to waiter <id> of the
+--                                                                caller's channel
 -- 'leave'   L F Q E  secret, floor                               1 passed a handed lock on | 0
+--           G
 -- 'force'   L F Q E  floor                                       1 released | 0 was free
 -- 'extend'  L        secret, lease ms                            1 extended | 0 not held
 -- 'adopt'   L        secret, lease ms                            {1, token} | {0}
 -- <floor> is the highest token the calling client has seen on any key: a new token is never
--- below it. <channel> is the waiting process's own notice channel ('' when not waiting).
+-- below it. <channel> is the waiting process's own notice channel ('' when not waiting); a
+-- releaser passes its own while it has waiters, so a lock handed to one of them is named in
+-- the reply (the releasing process wakes it: no notice, and the waiter sends nothing, since
+-- the store's reply is proof, where a notice is not).
 --
 -- 'batch'   KEYS: 4 per operation (L F Q E of its lock, in order; 'adopt' reads only L)
 --           ARGV[2..]: per operation <name>, <when>, <n>, then its n arguments as above;
@@ -52,8 +64,9 @@
 --   serves the queue in order first (a non-blocking caller cannot jump it);
 -- - a waiter is handed the lock after it gave up: its leave passes the lock on (and its
 --   process's listener does so when it left without a round trip);
--- - a waiter dies, or its listener is down, while queued: PUBLISH reaches nobody, so the next
---   waiter is served in the same call;
+-- - a waiter dies, or its listener is down, while queued: its channel has no subscriber
+--   (PUBSUB NUMSUB, which pattern subscribers do not fool), so the next waiter is served in
+--   the same call;
 -- - the server restarts empty or its clock steps back: see next_token; a clock step cannot
 --   make barging unbounded either (see may_barge).
 -- - a redelivered copy of a task asks to start a run while the first copy starts it: the batch
@@ -128,23 +141,37 @@ local function next_token(F, floor)
   return token
 end
 
--- Tell a waiting process on its channel; the number of its subscribers that heard. A channel in
--- the lock's hash slot ('lockkit:{...', Redis Cluster) is a shard channel: SPUBLISH reaches
--- the node serving the slot only, where PUBLISH would flood every node of the cluster bus.
-local function notify(channel, message)
-  if string.sub(channel, 1, 9) == 'lockkit:{' then
-    return redis.call('spublish', channel, message)
-  end
-  return redis.call('publish', channel, message)
+-- Whether a process listens on `channel`, asked without telling it anything. Its process
+-- subscribes before its waiters queue, and its connection closes when it dies. (PUBLISH's
+-- count of receivers is no answer: it counts pattern subscribers too, and one PSUBSCRIBE
+-- lockkit:* of a monitoring tool would make every dead waiter look alive.) A channel in the
+-- lock's hash slot ('lockkit:{...', Redis Cluster) is a shard channel.
+local function listening(channel)
+  local how = string.sub(channel, 1, 9) == 'lockkit:{' and 'shardnumsub' or 'numsub'
+  return tonumber(redis.call('pubsub', how, channel)[2]) > 0
 end
 
--- A queue entry's fields: expiry ms, lease ms, channel, fair (a boolean), holder. An entry
--- without the fair=False mark ('~' before the holder) is fair: it is served in order.
+-- Tell a waiting process on its channel, if it listens there; whether it does. On a shard
+-- channel, SPUBLISH reaches the node serving the slot only, where PUBLISH would flood every
+-- node of the cluster bus.
+local function notify(channel, message)
+  if not listening(channel) then return false end
+  if string.sub(channel, 1, 9) == 'lockkit:{' then
+    redis.call('spublish', channel, message)
+  else
+    redis.call('publish', channel, message)
+  end
+  return true
+end
+
+-- A queue entry's fields: expiry ms, lease ms, channel, fair (a boolean), holder, and whether
+-- the waiter reads its grant from its list G (mark '='). An entry without the fair=False mark
+-- ('~' before the holder) is fair: it is served in order.
 local function parse(entry)
   if not entry then return nil end
   local expires, lease, channel, mark, holder =
-    string.match(entry, '^(%d+)|(%d+)|([^|]*)|(~?)(.*)$')
-  return expires, lease, channel, mark ~= '~', holder
+    string.match(entry, '^(%d+)|(%d+)|([^|]*)|([~=]?)(.*)$')
+  return expires, lease, channel, mark ~= '~', holder, mark == '='
 end
 
 -- The queue has a new head, or none: its time as the head starts now, nobody has passed it
@@ -156,12 +183,13 @@ local function new_head(Q, E)
     return
   end
   local _, _, channel, fair = parse(redis.call('hget', E, head))
-  redis.call('hset', E, 't', string.format('%.0f', now_ms()), 'n', '0')
-  redis.call('hdel', E, 'w')
   if channel and not fair then
-    redis.call('hset', E, 'h', head .. '|' .. channel)
+    redis.call('hset', E, 't', string.format('%.0f', now_ms()), 'n', '0',
+      'h', head .. '|' .. channel)
+    redis.call('hdel', E, 'w')
   else
-    redis.call('hdel', E, 'h')
+    redis.call('hset', E, 't', string.format('%.0f', now_ms()), 'n', '0')
+    redis.call('hdel', E, 'w', 'h')
   end
 end
 
@@ -174,28 +202,43 @@ local function drop(Q, E, id)
   if was_head then new_head(Q, E) end
 end
 
--- Give the free lock to the oldest waiter that is still there. A notice that nobody received
--- (PUBLISH counts 0: the waiter's process died or its listener is down) means nobody would take
--- the lock up: the next waiter is served at once instead of the key idling for a lease. A
--- waiter that is alive but was skipped finds out on its next attempt and queues again.
--- Returns the id and token of the waiter served, or nil; `me` (the caller) gets no notice.
-local function hand_over(F, Q, E, floor, me)
+-- Take the queue's head out of it (what drop does, for a caller that knows it is the head).
+local function drop_head(Q, E, head)
+  redis.call('zrem', Q, head)
+  redis.call('hdel', E, head)
+  new_head(Q, E)
+end
+
+-- Give the free lock to the oldest waiter that is still there. A waiter whose process does not
+-- listen (it died, or its listener is down) would not take the lock up: the next waiter is
+-- served at once instead of the key idling for a lease. A waiter that is alive but was skipped
+-- finds out on its next attempt and queues again. A waiter that reads its grant from its list
+-- (mark '=') is not told: a notice would cost its process a thread switch per hand-over.
+-- Returns the id and token of the waiter served, or nil; `me` (the caller) gets no notice,
+-- nor does a waiter of the caller's own process (channel `here`): the third value, true,
+-- says the caller's reply carries the grant to it.
+local function hand_over(F, Q, E, floor, me, here)
   while true do
     local head = redis.call('zrange', Q, 0, 0)[1]
     if not head then return nil end
-    local expires, lease, channel, fair, holder = parse(redis.call('hget', E, head))
-    drop(Q, E, head)
+    local expires, lease, channel, _, holder, reads = parse(redis.call('hget', E, head))
+    drop_head(Q, E, head)
     if expires and tonumber(expires) > now_ms() then
       local token = next_token(F, floor)
       redis.call('set', L, head .. '|' .. token .. '|' .. started() .. '|' .. holder, 'px', lease)
       if head == me then return head, token end
-      if notify(channel, head .. '|' .. token) > 0 then
-        if fair then
-          -- The grant itself, for a fair waiter blocked on it (BLPOP): it comes from the
-          -- store, so it needs no confirming round trip as a notice does. Same hash slot.
+      local ours = here ~= '' and channel == here
+      if reads then
+        if ours or listening(channel) then
+          -- The grant itself, for a waiter blocked on it (BLPOP): it comes from the store,
+          -- so it needs no confirming round trip as a notice does. Same hash slot.
           redis.call('rpush', L .. ':g:' .. head, token)
           redis.call('pexpire', L .. ':g:' .. head, lease)
+          return head, token
         end
+      elseif ours then
+        return head, token, true
+      elseif notify(channel, head .. '|' .. token) then
         return head, token
       end
       redis.call('del', L)
@@ -224,7 +267,7 @@ end
 -- ('<host> pid <pid>') is the only one that may take the lock straight back past the queue
 -- (a process that was merely slow to ask may not: two processes would take turns,
 -- switching on every section as strict order does).
-local function free(F, Q, E, floor, record)
+local function free(F, Q, E, floor, record, here)
   redis.call('del', L)
   if redis.call('exists', Q) == 0 then return end
   local may, head, channel, told, _, last = barging(E)
@@ -238,12 +281,12 @@ local function free(F, Q, E, floor, record)
     if told == head then
       if last ~= by then redis.call('hset', E, 'l', by) end
       return
-    elseif notify(channel, head .. '|@' .. PAUSE_MS) > 0 then
+    elseif notify(channel, head .. '|@' .. PAUSE_MS) then
       redis.call('hset', E, 'w', head, 'l', by)
       return
     end
   end
-  hand_over(F, Q, E, floor, nil)
+  return hand_over(F, Q, E, floor, nil, here)
 end
 
 -- One operation on one lock: K holds its keys (L F Q E), A its arguments with A[1] the name.
@@ -252,7 +295,7 @@ local function operate(op, K, A)
   if op == 'acquire' then
     local F, Q, E = K[2], K[3], K[4]
     local id, lease, holder, channel, floor = A[2], A[3], A[4], A[5], A[6]
-    local fair = A[7] ~= '0'
+    local fair, reads = A[7] ~= '0', A[7] == '2'
     -- A blocking caller queues (or keeps its place) and its entry is renewed to outlive the
     -- lease it is about to be told of, whatever its own lease: it tries again when that ends.
     local function join(pttl)
@@ -264,9 +307,13 @@ local function operate(op, K, A)
         first = not last
       end
       local keep = math.max(pttl, 0) + 2 * tonumber(lease) + GRACE_MS
-      redis.call('hset', E, id, string.format('%.0f', now_ms() + keep) .. '|' .. lease .. '|'
-        .. channel .. '|' .. (fair and '' or '~') .. holder)
-      if fair then redis.call('hset', E, 's', '1') end
+      local entry = string.format('%.0f', now_ms() + keep) .. '|' .. lease .. '|' .. channel
+        .. '|' .. (reads and '=' or fair and '' or '~') .. holder
+      if fair then
+        redis.call('hset', E, id, entry, 's', '1')
+      else
+        redis.call('hset', E, id, entry)
+      end
       if first then new_head(Q, E) end
       for _, k in ipairs({Q, E}) do
         if redis.call('pttl', k) < keep then redis.call('pexpire', k, keep) end
@@ -278,7 +325,7 @@ local function operate(op, K, A)
         -- our own lock: the answer to an earlier attempt was lost, or it was handed to us
         -- (its grant list, if any, was not read: see hand_over)
         redis.call('pexpire', L, lease)
-        if channel ~= '' then redis.call('del', L .. ':g:' .. id) end
+        if K[5] then redis.call('del', K[5]) end
         return {1, string.match(current, '^[^|]*|(%d+)')}
       end
       local pttl = redis.call('pttl', L)
@@ -318,7 +365,7 @@ local function operate(op, K, A)
         -- queued caller keeps its place; a new blocking one joins at the tail; a non-blocking
         -- one only looks.
         join(0)
-        local to, token = hand_over(F, Q, E, floor, id)
+        local to, token = hand_over(F, Q, E, floor, id, '')
         if to == id then return {1, token} end
         if to then return {0, redis.call('pttl', L)} end
       end
@@ -335,15 +382,16 @@ local function operate(op, K, A)
       -- a waiter gives up; a lock handed to it meanwhile is passed on, not kept, and one freed
       -- past the queue (the head that left would have asked for it) goes to the next in order
       drop(Q, E, id)
-      redis.call('del', L .. ':g:' .. id)
+      if K[5] then redis.call('del', K[5]) end
       if redis.call('exists', L) == 0 then
-        hand_over(F, Q, E, A[3], nil)
+        hand_over(F, Q, E, A[3], nil, '')
         return 0
       end
     end
     local current_id, current = holder_id()
     if current_id == id then
-      free(F, Q, E, A[3], current)
+      local to, token, carried = free(F, Q, E, A[3], current, op == 'release' and A[4] or '')
+      if carried then return {1, to, token} end
       return 1
     end
     return 0
@@ -351,7 +399,7 @@ local function operate(op, K, A)
 
   if op == 'force' then
     if redis.call('exists', L) == 1 then
-      free(K[2], K[3], K[4], A[2], '')
+      free(K[2], K[3], K[4], A[2], '', '')
       return 1
     end
     return 0
