@@ -75,7 +75,7 @@ FAST = {
     "tests/test_memory_backend.py", "tests/test_file_queue.py", "tests/test_redis_backend.py",
     "tests/test_guard.py", "tests/test_option_sources.py",
     "tests/test_django_settings.py", "tests/test_django_views.py",
-    "tests/test_django_middleware.py", "tests/test_django_tasks.py",
+    "tests/test_django_middleware.py", "tests/test_django_tasks.py", "tests/test_django_shop.py",
     "tests/test_flask_routes.py", "tests/test_flask_extension.py", "tests/test_flask_cli.py",
     "tests/test_celery_config.py", "tests/test_celery_keys.py", "tests/test_celery_worker.py",
 }  # fmt: skip
