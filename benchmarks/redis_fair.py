@@ -11,7 +11,9 @@ Two measurements on one fresh redis-server:
 2. speed: the contention scenario of ``benchmarks.contended`` (``--processes`` processes on
    one key), the two locks taking turns ``--repeats`` times; the medians of sections/s;
 3. round trips: one more short run of each under ``MONITOR`` (which slows the server, so it
-   is never timed): the lock commands clients sent (EVALSHA, BLPOP) per section.
+   is never timed): the lock commands clients sent (EVALSHA, BLPOP) per section, and the
+   server's read events (``total_reads_processed``, one per client write that reached it,
+   so two pipelined commands count once) per section.
 
 The target: FIFO 100 % with ``fair=True`` at >= 90 % of the default lock's sections/s.
 """
@@ -77,19 +79,25 @@ def _order(url: str, raw: Any, processes: int) -> list[int]:
     return [index for _, index in served]
 
 
-def _round_trips(server: BenchRedis, settings: Settings, cpu: int | None) -> dict[str, float]:
-    """Lock commands clients sent per section, over a short run of each lock."""
+def _round_trips(
+    server: BenchRedis, settings: Settings, cpu: int | None
+) -> dict[str, tuple[float, float]]:
+    """Lock commands clients sent and the server's read events, per section, over a short
+    run of each lock."""
     port = urlsplit(server.url).port
     assert port is not None
     short = dataclasses.replace(settings, seconds=1.0)
-    found: dict[str, float] = {}
+    found: dict[str, tuple[float, float]] = {}
     for name in _NAMES:
         server.reset()
+        reads = int(server.client.info("stats")["total_reads_processed"])
         with CommandCounter(port) as seen:
             (row,) = scenarios.contention([name], lambda: server.url, short, cpu)
+        reads = int(server.client.info("stats")["total_reads_processed"]) - reads
         if "error" in row:
             raise RuntimeError(f"{name}: {row['error']}")
-        found[name] = (seen.commands["evalsha"] + seen.commands["blpop"]) / row["sections"]
+        commands = seen.commands["evalsha"] + seen.commands["blpop"]
+        found[name] = (commands / row["sections"], reads / row["sections"])
     return found
 
 
@@ -129,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shown = ", ".join(f"{rate:,.0f}" for rate in rates[name])
         print(
             f"  {name:<18} sections/s median {statistics.median(rates[name]):>7,.0f}  ({shown})"
-            f"  round trips per section {trips[name]:.2f}"
+            f"  per section: {trips[name][0]:.2f} commands, {trips[name][1]:.2f} reads"
         )
     ratio = fair / default
     met = fifo == 100.0 and ratio >= 0.9

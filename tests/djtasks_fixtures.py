@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sqlite3
 import subprocess
 import sys
@@ -87,6 +88,26 @@ class TaskProject:
         """How many times the body ``name`` ran for ``order_id``."""
         path = self.folder / f"{name}-{order_id}.log"
         return len(path.read_text().splitlines()) if path.exists() else 0
+
+    def settled_runs(self, name: str, order_id: int, want: int, wait: float = 0.5) -> int:
+        """The run count once it reached ``want`` and stayed there ``wait`` seconds (extra
+        runs of duplicates would show up meanwhile)."""
+        deadline = time.monotonic() + 30
+        while self.runs(name, order_id) < want and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(wait)
+        return self.runs(name, order_id)
+
+    def check_a_storm_runs_once(self, task: str, threads: int) -> None:
+        """``threads`` callers enqueue ``task`` for one new order at once: each gets the first
+        call's result id, one task row is stored, and the body runs once."""
+        order = random.randrange(10**6, 10**7)
+        ids = self.enqueue(task, order, threads=threads)
+        assert len(ids) == threads
+        assert len(set(ids)) == 1, f"every caller must get the first call's result id: {ids}"
+        assert [r[0] for r in self.rows(task)] == ids[:1], "exactly one task row"
+        self.wait_status(task, ids[0], {"SUCCESSFUL"})
+        assert self.settled_runs(task, order, 1) == 1
 
 
 @pytest.fixture(scope="session")

@@ -73,14 +73,6 @@ def pg_tasks(
         yield TaskProject(env, folder / "unused", folder, workers, store_url, store_url)
 
 
-def _settled(project: TaskProject, name: str, order_id: int, want: int) -> int:
-    deadline = time.monotonic() + 30
-    while project.runs(name, order_id) < want and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)  # extra runs of duplicates would show up meanwhile
-    return project.runs(name, order_id)
-
-
 def test_the_migration_made_the_lease_table_in_the_project_database(store_url: str) -> None:
     with psycopg.connect(store_url, autocommit=True) as conn:
         found = conn.execute("SELECT to_regclass('lockkit_lease') IS NOT NULL").fetchone()
@@ -90,13 +82,7 @@ def test_the_migration_made_the_lease_table_in_the_project_database(store_url: s
 def test_django_tasks_storm_of_duplicate_enqueues_gives_one_result_and_one_run(
     pg_tasks: TaskProject,
 ) -> None:
-    order = random.randrange(10**6, 10**7)
-    ids = pg_tasks.enqueue("send_sms", order, threads=THREADS)
-    assert len(ids) == THREADS
-    assert len(set(ids)) == 1, f"every caller must get the first call's result id: {ids}"
-    assert [r[0] for r in pg_tasks.rows("send_sms")] == ids[:1], "exactly one task row"
-    pg_tasks.wait_status("send_sms", ids[0], {"SUCCESSFUL"})
-    assert _settled(pg_tasks, "send_sms", order, 1) == 1
+    pg_tasks.check_a_storm_runs_once("send_sms", THREADS)
 
 
 def test_django_tasks_once_records_live_in_the_postgresql_lease_table(
@@ -106,7 +92,7 @@ def test_django_tasks_once_records_live_in_the_postgresql_lease_table(
     (first,) = pg_tasks.enqueue("send_receipt", order)
     pg_tasks.wait_status("send_receipt", first, {"SUCCESSFUL"})
     assert pg_tasks.enqueue("send_receipt", order, threads=3) == [first] * 3
-    assert _settled(pg_tasks, "send_receipt", order, 1) == 1
+    assert pg_tasks.settled_runs("send_receipt", order, 1) == 1
     # the done record that answered the three calls is a row of the project database
     with LockKit(pg_tasks.lock_url) as kit:
         held = kit.backend.list("")

@@ -30,28 +30,11 @@ def _order() -> int:
     return random.randrange(10**6, 10**7)
 
 
-def _settled(project: TaskProject, name: str, order_id: int, want: int, wait: float = 0.5) -> int:
-    """The run count once it reached ``want`` and stayed there ``wait`` seconds (extra runs
-    of duplicates would show up meanwhile)."""
-    deadline = time.monotonic() + 30
-    while project.runs(name, order_id) < want and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(wait)
-    return project.runs(name, order_id)
-
-
 @pytest.mark.redis
 def test_a_storm_of_duplicate_enqueues_gives_one_result_and_one_run(
     task_project: TaskProject,
 ) -> None:
-    order = _order()
-    ids = task_project.enqueue("send_sms", order, threads=THREADS)
-    assert len(ids) == THREADS
-    assert len(set(ids)) == 1, f"every caller must get the first call's result id: {ids}"
-    rows = task_project.rows("send_sms")
-    assert [r[0] for r in rows] == ids[:1], "exactly one task row"
-    task_project.wait_status("send_sms", ids[0], {"SUCCESSFUL"})
-    assert _settled(task_project, "send_sms", order, 1) == 1
+    task_project.check_a_storm_runs_once("send_sms", THREADS)
 
     # The same storm on the plain @task twin: every caller queues its own task, each runs.
     order = _order()
@@ -59,7 +42,7 @@ def test_a_storm_of_duplicate_enqueues_gives_one_result_and_one_run(
     assert len(set(plain)) == THREADS
     for result_id in plain:
         task_project.wait_status("send_sms_unlocked", result_id, {"SUCCESSFUL"})
-    assert _settled(task_project, "send_sms_unlocked", order, THREADS, wait=0.2) == THREADS
+    assert task_project.settled_runs("send_sms_unlocked", order, THREADS, wait=0.2) == THREADS
 
 
 @pytest.mark.redis
@@ -71,7 +54,7 @@ def test_once_answers_a_call_after_completion_with_the_first_result(
     task_project.wait_status("send_receipt", first, {"SUCCESSFUL"})
     assert task_project.enqueue("send_receipt", order, threads=3) == [first] * 3
     assert [r[0] for r in task_project.rows("send_receipt")] == [first]
-    assert _settled(task_project, "send_receipt", order, 1, wait=0.3) == 1
+    assert task_project.settled_runs("send_receipt", order, 1, wait=0.3) == 1
 
 
 @pytest.mark.redis
@@ -108,7 +91,7 @@ def test_a_killed_worker_frees_its_locks_within_the_ttl_and_the_call_runs_again_
     assert second != first, "a new enqueue of the same call is accepted"
     _, _, ran_by = task_project.wait_status("export", second, {"SUCCESSFUL"})
     assert worker not in ran_by
-    assert _settled(task_project, "export", order, 1, wait=0.3) == 1
+    assert task_project.settled_runs("export", order, 1, wait=0.3) == 1
     # What the killed worker leaves behind: its row stays RUNNING, nothing runs it again.
     assert task_project.rows("export")[0][:2] == (first, "RUNNING")
     assert fresh in task_project.workers.procs

@@ -11,7 +11,6 @@ import random
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -45,24 +44,10 @@ def own_db_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TaskPro
         yield TaskProject(env, db, folder, workers, f"sqlite://{db}")
 
 
-def _settled(project: TaskProject, name: str, order_id: int, want: int) -> int:
-    deadline = time.monotonic() + 30
-    while project.runs(name, order_id) < want and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)  # extra runs of duplicates would show up meanwhile
-    return project.runs(name, order_id)
-
-
 def test_a_storm_of_duplicate_enqueues_gives_one_result_and_one_run(
     own_db_project: TaskProject,
 ) -> None:
-    order = random.randrange(10**6, 10**7)
-    ids = own_db_project.enqueue("send_sms", order, threads=THREADS)
-    assert len(ids) == THREADS
-    assert len(set(ids)) == 1, f"every caller must get the first call's result id: {ids}"
-    assert [r[0] for r in own_db_project.rows("send_sms")] == ids[:1], "exactly one task row"
-    own_db_project.wait_status("send_sms", ids[0], {"SUCCESSFUL"})
-    assert _settled(own_db_project, "send_sms", order, 1) == 1
+    own_db_project.check_a_storm_runs_once("send_sms", THREADS)
 
 
 def test_the_locks_live_in_the_project_database(own_db_project: TaskProject) -> None:

@@ -13,11 +13,10 @@ from typing import Any
 
 import pymysql
 import pytest
-from click.testing import CliRunner
+from lease_tables import check_told_to_migrate_and_works_after_it
 
 from lockkit_core import ConfigError, LockKit
 from lockkit_core.backends.sql import MySQLBackend
-from lockkit_core.cli import cli
 from lockkit_core.registry import create_backend
 from lockkit_core.testing.mariadb import MariaDBServer
 
@@ -76,19 +75,23 @@ def test_a_user_without_ddl_rights_is_told_to_migrate_and_works_after_it(
     with admin.cursor() as cursor:
         cursor.execute(f"CREATE USER '{role}'@'%'")
         cursor.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {fresh_db}.* TO '{role}'@'%'")
+
+    def exists() -> bool:
+        with admin.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM information_schema.tables "
+                "WHERE table_schema = %s AND table_name = 'lockkit_lease'",
+                (fresh_db,),
+            )
+            return bool(cursor.fetchone()[0])
+
     try:
-        with (
-            LockKit(_url(mariadb_server, fresh_db, role)) as kit,
-            pytest.raises(ConfigError, match="lockkit migrate"),
-        ):
-            kit.lock("k").acquire(blocking=False)
-        printed = CliRunner().invoke(cli, ["migrate", _url(mariadb_server, fresh_db), "--sql"])
-        assert printed.exit_code == 0, printed.output
-        assert "CREATE TABLE IF NOT EXISTS lockkit_lease" in printed.output
-        done = CliRunner().invoke(cli, ["migrate", _url(mariadb_server, fresh_db)])
-        assert done.exit_code == 0, done.output
-        with LockKit(_url(mariadb_server, fresh_db, role)) as kit, kit.lock("k") as held:
-            assert held.token == 1
+        check_told_to_migrate_and_works_after_it(
+            _url(mariadb_server, fresh_db, role),
+            _url(mariadb_server, fresh_db),
+            exists,
+            lambda: None,  # granted on the whole database above
+        )
     finally:
         with admin.cursor() as cursor:
             cursor.execute(f"DROP USER '{role}'@'%'")

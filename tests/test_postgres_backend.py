@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from click.testing import CliRunner
+from lease_tables import check_told_to_migrate_and_works_after_it
 
 from benchmarks.pg_trace import traced
 from lockkit_core import ConfigError, LockKit
@@ -95,25 +96,21 @@ def test_a_user_without_ddl_rights_is_told_to_migrate_and_works_after_it(
     role = f"app_{uuid.uuid4().hex[:8]}"
     with _admin(postgres_server) as admin:
         admin.execute(f"CREATE ROLE {role} LOGIN")
-    try:
-        with (
-            LockKit(_url(postgres_server, fresh_db, role)) as kit,
-            pytest.raises(ConfigError, match="lockkit migrate"),
-        ):
-            kit.lock("k").acquire(blocking=False)
-        printed = CliRunner().invoke(cli, ["migrate", _url(postgres_server, fresh_db), "--sql"])
-        assert printed.exit_code == 0, printed.output
-        assert "CREATE TABLE IF NOT EXISTS lockkit_lease" in printed.output
+
+    def exists() -> bool:
         with _admin(postgres_server, fresh_db) as admin:
-            assert admin.execute("SELECT to_regclass('lockkit_lease')").fetchone() == (None,)
-        done = CliRunner().invoke(cli, ["migrate", _url(postgres_server, fresh_db)])
-        assert done.exit_code == 0, done.output
-        assert "lockkit_lease is ready" in done.output
+            row = admin.execute("SELECT to_regclass('lockkit_lease') IS NOT NULL").fetchone()
+        return row == (True,)
+
+    def grant() -> None:
         with _admin(postgres_server, fresh_db) as admin:
             admin.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON lockkit_lease TO {role}")
             admin.execute(f"GRANT USAGE ON SEQUENCE lockkit_lease_fence TO {role}")
-        with LockKit(_url(postgres_server, fresh_db, role)) as kit, kit.lock("k") as held:
-            assert held.token is not None
+
+    try:
+        check_told_to_migrate_and_works_after_it(
+            _url(postgres_server, fresh_db, role), _url(postgres_server, fresh_db), exists, grant
+        )
     finally:
         with _admin(postgres_server, fresh_db) as admin:
             admin.execute(f"DROP OWNED BY {role}")

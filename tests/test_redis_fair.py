@@ -118,9 +118,36 @@ def test_fair_processes_are_served_in_exact_arrival_order(
                 tokens.append(token)
                 assert waiter.answer("release") == "released", f"waiter {i}: {waiter.seen}"
             assert tokens == sorted(tokens) and len(set(tokens)) == 8
+            # every grant pushed to a waiter's list was read: none is left for a later wait
+            assert raw.keys(f"lockkit:{{{namespace}:k}}:g:*") == []
         finally:
             for waiter in waiters:
                 waiter.close()
+
+
+def test_a_fair_waiter_that_finds_the_key_free_leaves_no_grant_behind(
+    raw: redis.Redis, namespace: str, kits: tuple[LockKit, LockKit]
+) -> None:
+    kit, other = kits
+    # Once this process has waited (its listener is up), a blocking fair=True caller queues
+    # before its first attempt and sends the read of its grant list with it; a grant made
+    # at once goes to that list too, and the read sent with the attempt takes it.
+    holder = other.lock("k", auto_renew=False)
+    assert holder.acquire()
+    first = _Thread(kit.lock("k", fair=True, timeout=5, auto_renew=False))
+    _wait_until(lambda: _queued(raw, namespace, "k") == 1)
+    holder.release()
+    first.join(5)
+    assert first.result is True
+    assert kit.backend._listener.healthy  # type: ignore[attr-defined]
+    tokens = []
+    for _ in range(20):
+        lock = kit.lock("k", fair=True, timeout=5, auto_renew=False)
+        assert lock.acquire()
+        tokens.append(lock.token)
+        lock.release()
+    assert tokens == sorted(tokens) and len(set(tokens)) == 20
+    assert raw.keys(f"lockkit:{{{namespace}:k}}*") == [f"lockkit:{{{namespace}:k}}:f".encode()]
 
 
 def test_a_fair_hand_over_to_another_process_sends_no_notice_and_no_confirm(

@@ -221,7 +221,13 @@ class RedisBackend(Backend):
     def _try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         args = self.acquire_args(key, owner, ttl)
         sent = time.monotonic()
-        reply = self._call("acquire", lambda: self._script_as_waiter(*args), retry=True, key=key)
+        waiter = self._queued.get((key, owner))
+        if args[-1] == "3" and waiter is not None:
+            reply = self._call("acquire", lambda: waiter.attempt(args), retry=True, key=key)
+        else:
+            reply = self._call(
+                "acquire", lambda: self._script_as_waiter(*args), retry=True, key=key
+            )
         return self.acquire_answer(key, owner, ttl, reply, sent)
 
     def acquire_args(self, key: str, owner: str, ttl: float) -> list[Any]:
@@ -233,8 +239,14 @@ class RedisBackend(Backend):
             channel, who, fair = "", owner_id(owner), "1"
         else:
             channel, who = self._listener.channel_for(key), waiter.id
-            # '2': the release pushes our grant to our list, which we block on (BLPOP)
-            fair = "0" if not waiter.fair else "2" if waiter.reads_grants else "1"
+            # '2': the release pushes our grant to our list, which we block on (BLPOP); '3':
+            # and we send that BLPOP with this very call (RedisWaiter.attempt)
+            if not waiter.fair:
+                fair = "0"
+            elif waiter.reads_grants:
+                fair = "3" if waiter.pipelines else "2"
+            else:
+                fair = "1"
         lock_key = stored_key(key)
         keys = [*stored_keys(lock_key), grant_list(lock_key, who)]
         return [*keys, "acquire", who, ms, holder, channel, self._floor, fair]

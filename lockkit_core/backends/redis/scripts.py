@@ -68,11 +68,22 @@ class Script:
         from redis.exceptions import NoScriptError
 
         self._noscript = NoScriptError
+        #: the error a call raises (or a pipelined reply is) when the server lost the script
+        self.noscript = NoScriptError
         self.source = script_source(name)
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()  # noqa: S324 (Redis' id)
         self.numkeys = numkeys
         self._packer = Packer(("EVALSHA", self.sha, numkeys))
         self._connections = connections_for(client, give_back=give_back)
+
+    def pack(self, *keys_and_args: Any) -> bytes:
+        """The call, packed for the socket (to send with another command: see
+        :meth:`.wire.Connections.call_pair`)."""
+        return self._packer.pack(keys_and_args)
+
+    def load(self) -> None:
+        """Load the script into the server (after a NOSCRIPT answer)."""
+        self._connections.call(SCRIPT_LOAD.pack((self.source,)))
 
     def __call__(self, *keys_and_args: Any) -> Any:
         packed = self._packer.pack(keys_and_args)

@@ -7,12 +7,12 @@ import random
 import threading
 import time
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...sansio import run
 from ..base import Grant, Waiter
-from .scripts import owner_id, stored_key
-from .wire import Packer
+from .scripts import grant_list, owner_id, stored_key
+from .wire import Packer, Pending
 
 if TYPE_CHECKING:
     from .backend import RedisBackend
@@ -71,6 +71,9 @@ class RedisWaiter(Waiter):
         #: the grant a release of this process handed us, from the store's reply (set by the
         #: listener's :meth:`~.listener.Listener.hand`)
         self.granted: Grant | None = None
+        #: the read of our grant list sent with our last attempt (:meth:`attempt`), and when
+        self._pending: Pending | None = None
+        self._pending_sent = 0.0
         #: the ttl of our attempts, which a confirming attempt asks for again
         self.ttl: float | None = None
         self.queued_at: float | None = None  # send time of the first attempt that queued us
@@ -100,7 +103,58 @@ class RedisWaiter(Waiter):
             and self._blocking is not None
         )
 
+    @property
+    def pipelines(self) -> bool:
+        """Whether our attempts carry our read of the grant list in the same write
+        (:meth:`attempt`): a waiter that :attr:`reads_grants`, once notices can reach its
+        process (a release counts it alive only then), on connections this backend reads."""
+        connections = self._backend.grant_connections
+        return (
+            self.reads_grants
+            and connections is not None
+            and connections.pipelines
+            and self._listener.healthy
+        )
+
+    def attempt(self, args: list[Any]) -> Any:
+        """The script's ``acquire`` with ``args`` (fair '3') and, in the same write, our
+        read of the grant list (BLPOP): its reply. A busy answer leaves that read to come,
+        for :meth:`wait` (no round trip more to start waiting); a grant went to the list too
+        (``lua/lock.lua``), so the read returns at once and is done here. Raises redis-py's
+        errors, as a script call does."""
+        backend = self._backend
+        connections = backend.grant_connections
+        assert connections is not None  # see pipelines
+        script = backend._script_as_waiter
+        seconds = backend._socket_timeout / 2  # the read must end before the socket times out
+        read = _BLPOP.pack((grant_list(stored_key(self.key), self.id), f"{seconds:.3f}"))
+        self._drop_pending()
+        for loaded in (False, True):
+            self._pending_sent = time.monotonic()
+            reply, pending = connections.call_pair(script.pack(*args) + read)
+            if isinstance(reply, Exception):
+                pending.drop()
+                if isinstance(reply, script.noscript) and not loaded:
+                    script.load()
+                    continue
+                raise reply
+            if reply[0]:
+                pending.read(within=seconds)  # the token we have in the reply
+            else:
+                self._pending = pending
+            return reply
+        raise AssertionError("unreachable")
+
+    def _drop_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.drop()
+
     def wait(self, timeout: float) -> Grant | None:
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            return self._read_grant(pending, timeout)
         # A queued fair=True blocking waiter reads the grant the release pushes for it
         # (lua/lock.lua, hand_over), from the store; the listener being up means its channel
         # is subscribed, so a release that asks (PUBSUB NUMSUB) counts it alive and pushes.
@@ -132,6 +186,17 @@ class RedisWaiter(Waiter):
         if reply is None:
             return None
         return Grant(True, backend.saw_token(int(reply[1])), since=sent)
+
+    def _read_grant(self, pending: Pending, timeout: float) -> Grant | None:
+        """Wait up to ``timeout`` for the reply of the read sent with our last attempt: a
+        grant, counted from when that was sent, or None (the read timed out on the server,
+        or nothing came in time and its connection was dropped; a grant it carried is then
+        passed on as in :meth:`_await_grant`)."""
+        backend = self._backend
+        reply = backend._call(f"wait for {self.key!r}", lambda: pending.read(within=timeout))
+        if reply is None:
+            return None
+        return Grant(True, backend.saw_token(int(reply[1])), since=self._pending_sent)
 
     def _step(self, step: float | Confirm) -> Grant | None:
         if isinstance(step, Confirm):
@@ -188,7 +253,9 @@ class RedisWaiter(Waiter):
         return grant
 
     def forget(self) -> None:
-        """Stop being told of hand-overs (the queue entry is another matter: see close)."""
+        """Stop being told of hand-overs (the queue entry is another matter: see close), and
+        drop a read of our grant list still to come."""
+        self._drop_pending()
         self._backend._queued.pop((self.key, self.owner), None)
         self._listener.unregister(self)
 

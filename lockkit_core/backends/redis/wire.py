@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import redis
     from redis.connection import ConnectionPool
 
-__all__ = ["Connections", "Packer", "connections_for"]
+__all__ = ["Connections", "Packer", "Pending", "connections_for"]
 
 _POLL = hasattr(select, "poll")  # not on Windows
 
@@ -126,6 +126,11 @@ class Connections:
         self._dropped = (exceptions.ConnectionError, exceptions.TimeoutError, OSError)
         self._parse_error = BaseParser.parse_error
         self._pool = pool
+        from redis.connection import SSLConnection
+
+        # TLS records hide from poll() whether a reply has started: a read kept pending
+        # could not be given up at its caller's time (see Pending.read)
+        self._tls = issubclass(getattr(pool, "connection_class", object), SSLConnection)
         self._idle: list[_Held] = []
         self._pid = os.getpid()
         self._give_back = give_back
@@ -213,6 +218,55 @@ class Connections:
             raise reply  # an error reply, read whole: the connection is in step
         return reply
 
+    @property
+    def pipelines(self) -> bool:
+        """Whether :meth:`call_pair` may be used: not on the app's own pool, whose
+        connections redis-py reads, nor over TLS."""
+        return not self._give_back and not self._tls
+
+    def call_pair(self, packed: bytes) -> tuple[Any, Pending]:
+        """Send ``packed``, two commands in one write, and return the first one's reply (an
+        error reply as its exception, not raised) and the second's, still to come: the
+        connection stays with the :class:`Pending` until that is read or dropped. Raises
+        as :meth:`call` for a failure of the connection."""
+        if self._pid != os.getpid():
+            self._idle = []
+            self._pid = os.getpid()
+        try:
+            held = self._idle.pop()
+        except IndexError:
+            held = _Held(self._checkout())
+        conn = held.conn
+        try:
+            if self._stale(held):
+                conn.disconnect()
+            if getattr(conn, "_sock", None) is None:
+                conn.connect()
+            elif conn.health_check_interval:
+                conn.check_health()
+            sock: socket.socket = conn._sock
+            sock.sendall(packed)
+            reply, rest = self._read(sock, b"")
+        except BaseException as exc:
+            conn.disconnect()
+            self._idle.append(held)
+            if isinstance(exc, OSError) and not isinstance(exc, TimeoutError):
+                raise self._connection_error(f"Error while talking to redis: {exc}") from exc
+            raise
+        return reply, Pending(self, held, rest)
+
+    def _read(self, sock: socket.socket, buf: bytes) -> tuple[Any, bytes]:
+        """Read on from ``buf`` until one reply is whole: it, and the bytes after it."""
+        while True:
+            if buf:
+                reply, end = parse_reply(buf, 0, self._parse_error)
+                if reply is not INCOMPLETE:
+                    return reply, buf[end:]
+            more = sock.recv(65536)
+            if not more:
+                raise self._connection_error("Connection closed by server.")
+            buf += more
+
     def _exchange(self, conn: Any, packed: bytes, within: float | None = None) -> Any:
         """Write ``packed``, read until its reply is whole (the socket's timeout bounds
         each read); :data:`_UNANSWERED` if no reply started within ``within`` seconds."""
@@ -229,6 +283,48 @@ class Connections:
             reply, _ = parse_reply(buf, 0, self._parse_error)
             if reply is not INCOMPLETE:
                 return reply
+
+
+class Pending:
+    """The reply still to come of the second command of :meth:`Connections.call_pair`; its
+    connection is lent to it until :meth:`read` or :meth:`drop`."""
+
+    def __init__(self, connections: Connections, held: _Held, rest: bytes) -> None:
+        self._connections = connections
+        self._held: _Held | None = held
+        self._rest = rest
+
+    def read(self, within: float) -> Any:
+        """The reply, if it starts arriving within ``within`` seconds; else None, and the
+        connection is dropped (its reply can never be read as another command's). Raises
+        as :meth:`Connections.call`."""
+        held = self._held
+        assert held is not None, "read or dropped already"
+        self._held = None
+        connections = self._connections
+        conn = held.conn
+        try:
+            if not self._rest and not _readable(conn, within):
+                conn.disconnect()
+                return None
+            reply, _ = connections._read(conn._sock, self._rest)
+        except BaseException as exc:
+            conn.disconnect()
+            if isinstance(exc, OSError) and not isinstance(exc, TimeoutError):
+                raise connections._connection_error(f"Error while talking to redis: {exc}") from exc
+            raise
+        finally:
+            connections._idle.append(held)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def drop(self) -> None:
+        """Give the connection back closed, its reply unread."""
+        held, self._held = self._held, None
+        if held is not None:
+            held.conn.disconnect()
+            self._connections._idle.append(held)
 
 
 def _readable(conn: Any, seconds: float) -> bool:

@@ -5,7 +5,6 @@ the one place driver errors are translated into lockkit's (``BackendUnavailable`
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from pymysql.constants import CLIENT
 from pymysql.err import Error, InterfaceError, MySQLError, OperationalError
 
 from ...errors import BackendError, BackendUnavailable, ConfigError
+from .idle import IdleConnections
 
 __all__ = ["MAX_IDLE", "Conn", "MyPool", "Results", "execute", "forget", "translated"]
 
@@ -33,8 +33,6 @@ _DENIED = {1142, 1044, 1045}
 Conn = Any
 #: per statement: its affected row count and its rows
 Results = list[tuple[int, list[tuple[Any, ...]]]]
-#: connections inherited across a fork: kept referenced, never used or closed
-_inherited: list[Conn] = []
 
 
 @contextmanager
@@ -60,7 +58,7 @@ def translated(what: str, where: str) -> Iterator[None]:
         raise BackendError(f"MySQL at {where} failed to {what}: {exc}") from exc
 
 
-class MyPool:
+class MyPool(IdleConnections[Conn]):
     """Up to :data:`MAX_IDLE` idle autocommit connections, shared by the backend's threads.
     Sessions run READ COMMITTED (no gap locks between lockers of different keys); times are
     read with ``UTC_TIMESTAMP`` and stored in ``DATETIME``, so the session time zone never
@@ -69,9 +67,7 @@ class MyPool:
     def __init__(self, params: Mapping[str, Any], where: str) -> None:
         self.params = dict(params)
         self.where = where
-        self._idle: list[Conn] = []
-        self._lock = threading.Lock()
-        self._closed = False
+        super().__init__(MAX_IDLE)
 
     def connect(self, what: str) -> Conn:
         with translated(what, self.where):
@@ -86,16 +82,14 @@ class MyPool:
             )
 
     def take(self, what: str) -> tuple[Conn, bool]:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop(), False
-        return self.connect(what), True
+        conn = self._pop_idle()
+        return (conn, False) if conn is not None else (self.connect(what), True)
 
     def give(self, conn: Conn) -> None:
-        with self._lock:
-            if conn.open and not self._closed and len(self._idle) < MAX_IDLE:
-                self._idle.append(conn)
-                return
+        if not (conn.open and self._keep(conn)):
+            forget(conn)
+
+    def discard(self, conn: Conn) -> None:
         forget(conn)
 
     @contextmanager
@@ -145,18 +139,6 @@ class MyPool:
         """Execute ``sql`` (one or more statements) on a connection of the pool."""
         with self.held(what, abandoned) as run:
             return run(sql, params)
-
-    def forget_after_fork(self) -> None:
-        with self._lock:
-            _inherited.extend(self._idle)
-            self._idle.clear()
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            forget(conn)
 
 
 def execute(conn: Conn, sql: str, params: Any, what: str, where: str) -> Results:

@@ -4,7 +4,6 @@ kept in the message and the original in ``__cause__``)."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -15,6 +14,7 @@ from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus
 
 from ...errors import BackendError, BackendUnavailable, ConfigError
+from .idle import IdleConnections
 
 __all__ = ["MAX_IDLE", "BoundedConnection", "NoAnswer", "PgPool", "translated"]
 
@@ -59,11 +59,6 @@ class BoundedConnection(psycopg.Connection[Any]):
             raise NoAnswer(f"no answer from the server within {self.io_timeout:g} s") from exc
 
 
-#: connections inherited across a fork: never used, never closed (closing would end the
-#: parent's session, whose socket the child shares), only kept referenced
-_inherited: list[BoundedConnection] = []
-
-
 @contextmanager
 def translated(what: str, where: str) -> Iterator[None]:
     """Turn psycopg's errors into lockkit's, naming what we were doing and on which server."""
@@ -81,7 +76,7 @@ def translated(what: str, where: str) -> Iterator[None]:
         raise BackendError(f"PostgreSQL at {where} failed to {what}: {exc}") from exc
 
 
-class PgPool:
+class PgPool(IdleConnections[BoundedConnection]):
     """Up to :data:`MAX_IDLE` idle autocommit connections, shared by the backend's threads."""
 
     def __init__(
@@ -93,9 +88,7 @@ class PgPool:
         #: False: never prepare statements on the server (a transaction pooler runs the
         #: next statement on another server session, where the prepared one is unknown)
         self.prepare = prepare
-        self._idle: list[BoundedConnection] = []
-        self._lock = threading.Lock()
-        self._closed = False
+        super().__init__(MAX_IDLE)
 
     def connect(self, what: str) -> BoundedConnection:
         """A new autocommit connection."""
@@ -108,11 +101,9 @@ class PgPool:
 
     def take(self, what: str) -> tuple[BoundedConnection, bool]:
         """An idle connection (``False``) or a new one (``True``)."""
-        with self._lock:
-            while self._idle:
-                conn = self._idle.pop()
-                if not conn.closed:
-                    return conn, False
+        while (conn := self._pop_idle()) is not None:
+            if not conn.closed:
+                return conn, False
         return self.connect(what), True
 
     def give(self, conn: BoundedConnection) -> None:
@@ -120,10 +111,10 @@ class PgPool:
         if conn.closed or conn.broken or conn.info.transaction_status != 0:  # 0: IDLE
             conn.close()
             return
-        with self._lock:
-            if not self._closed and len(self._idle) < MAX_IDLE:
-                self._idle.append(conn)
-                return
+        if not self._keep(conn):
+            conn.close()
+
+    def discard(self, conn: BoundedConnection) -> None:
         conn.close()
 
     def run(
@@ -160,16 +151,3 @@ class PgPool:
             self.give(conn)
             return rows
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def forget_after_fork(self) -> None:
-        """Drop the parent's connections without closing them (see :data:`_inherited`)."""
-        with self._lock:
-            _inherited.extend(self._idle)
-            self._idle.clear()
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()

@@ -29,7 +29,8 @@
 --
 -- ARGV[1]   KEYS     ARGV[2..]                                   returns
 -- 'acquire' L F Q E  id, lease ms, holder, channel or '', floor, {1, token} | {0, pttl} |
---       [G]          fair ('0', '1', or '2': fair and reads G)   {0, pttl, ask again in ms}
+--       [G]          fair ('0', '1', '2': fair and reads G, or   {0, pttl, ask again in ms}
+--                    '3': reads G, and sent that read with this call: a grant goes to G too)
 -- 'release' L F Q E  secret, floor, channel or ''                1 released | 0 not held |
 --                                                                {1, id, token} released and
 --                                                                handed to waiter <id> of the
@@ -295,7 +296,18 @@ local function operate(op, K, A)
   if op == 'acquire' then
     local F, Q, E = K[2], K[3], K[4]
     local id, lease, holder, channel, floor = A[2], A[3], A[4], A[5], A[6]
-    local fair, reads = A[7] ~= '0', A[7] == '2'
+    local fair, reads, pushes = A[7] ~= '0', A[7] == '2' or A[7] == '3', A[7] == '3'
+    -- A grant to the caller. '3': the caller sent its read of G (BLPOP) in the same write,
+    -- right behind this call, so G gets the token too (exactly it: an earlier one may be
+    -- there unread), and that read returns at once.
+    local function granted(token)
+      if pushes then
+        redis.call('del', K[5])
+        redis.call('rpush', K[5], token)
+        redis.call('pexpire', K[5], lease)
+      end
+      return {1, token}
+    end
     -- A blocking caller queues (or keeps its place) and its entry is renewed to outlive the
     -- lease it is about to be told of, whatever its own lease: it tries again when that ends.
     local function join(pttl)
@@ -326,7 +338,7 @@ local function operate(op, K, A)
         -- (its grant list, if any, was not read: see hand_over)
         redis.call('pexpire', L, lease)
         if K[5] then redis.call('del', K[5]) end
-        return {1, string.match(current, '^[^|]*|(%d+)')}
+        return granted(string.match(current, '^[^|]*|(%d+)'))
       end
       local pttl = redis.call('pttl', L)
       join(pttl)
@@ -366,13 +378,13 @@ local function operate(op, K, A)
         -- one only looks.
         join(0)
         local to, token = hand_over(F, Q, E, floor, id, '')
-        if to == id then return {1, token} end
+        if to == id then return granted(token) end
         if to then return {0, redis.call('pttl', L)} end
       end
     end
     local token = next_token(F, floor)
     redis.call('set', L, id .. '|' .. token .. '|' .. started() .. '|' .. holder, 'px', lease)
-    return {1, token}
+    return granted(token)
   end
 
   if op == 'release' or op == 'leave' then
