@@ -29,6 +29,7 @@ bounded by ``lock_timeout``) and the grant arrives on its own connection, which 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
@@ -56,6 +57,7 @@ RELEASE_SQL = "SELECT pg_advisory_unlock(%s)"
 _inherited: list[BoundedConnection] = []
 
 
+@functools.lru_cache(maxsize=4096)  # a digest per statement was a fiftieth of a cycle
 def advisory_id(key: str) -> int:
     """The advisory lock id of ``key``: the first 64 bits of its SHA-256, signed."""
     data = b"lockkit-advisory\0" + key.encode("utf-8", "surrogatepass")
@@ -116,9 +118,11 @@ class PgAdvisoryBackend(Backend):
         session, checked by :meth:`_check_pinned`), so the server parses and plans it once."""
         with translated(what, self._pool.where):
             if lock_id is not None:
-                row = conn.execute(sql, (Int8(lock_id),), prepare=True).fetchone()
+                cursor = conn.kept_cursor()
+                row = cursor.execute(sql, (Int8(lock_id),), prepare=True).fetchone()
                 return row[0] if row else None
-            cursor = conn.execute(sql)
+            cursor = conn.kept_cursor()
+            cursor.execute(sql)
             while cursor.nextset():
                 pass
             row = cursor.fetchone() if cursor.pgresult and cursor.pgresult.ntuples else None
