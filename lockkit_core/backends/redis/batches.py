@@ -80,7 +80,8 @@ class RunBatches:
             ms = max(1, int(ttl * 1000))
             holder = backend._holder_here
             keys.append(key)
-            ops.append(("acquire", "always", owner_id(owner), ms, holder, "", backend._floor, "1"))
+            # 'mark': nobody reads a marker's token, so no fencing counter is kept for it
+            ops.append(("mark", "always", owner_id(owner), ms, holder, "", backend._floor, "1"))
         for key, owner in releases:
             keys.append(key)
             ops.append(("release", "always", owner, backend._floor))
