@@ -109,11 +109,12 @@ def test_end_run_reports_a_lost_lease_and_frees_nothing_of_its_new_owner(
     assert backend.info(_full(kit, "done")) is not None
 
 
-def test_end_run_keeps_no_fencing_counter_for_its_marker(
+def test_run_batches_keep_no_fencing_counter_for_their_records(
     kit: LockKit, redis_server: RedisServer
 ) -> None:
-    # Every task leaves a finished marker for ``remember`` seconds; nobody reads its token, so
-    # a day-long fencing counter beside it would only cost the server memory and work.
+    # Every task leaves a finished marker for ``remember`` seconds, and takes a run record;
+    # nobody reads their tokens, so a day-long fencing counter beside each would only cost the
+    # server memory and work.
     backend = kit.backend
     owner, run_owner = new_owner_token(), new_owner_token()
     assert backend.try_acquire(_full(kit, "k"), owner, 10).acquired
@@ -132,6 +133,8 @@ def test_end_run_keeps_no_fencing_counter_for_its_marker(
     stored = f"lockkit:{{{_full(kit, 'done')}}}"
     assert client.exists(stored) == 1
     assert client.exists(stored + ":f") == 0
+    # nor for the run record, whose token nobody reads either
+    assert client.exists(f"lockkit:{{{_full(kit, 'run')}}}:f") == 0
     # the locks it fences keep theirs
     assert client.exists(f"lockkit:{{{_full(kit, 'k')}}}:f") == 1
 

@@ -51,10 +51,10 @@
 --           <when> is 'always', or 'if-ok': only if the operation before it answered 1
 --           returns one array per operation: its reply as above ({1} / {0} for a number),
 --           or {-1} when 'if-ok' skipped it. <name> may also be 'mark': 'acquire' for a
---           record whose token nobody reads (task deduplication's finished marker), which
---           keeps no fencing counter F for it (a day-long key per task, and two commands).
+--           record whose token nobody reads (task deduplication's run and finished records),
+--           which keeps no fencing counter F for it (a day-long key per task, two commands).
 -- A batch is one atomic step over the locks of several keys (task deduplication starts a run
--- with 'acquire' on its run record then 'adopt' if-ok on the call's key, and ends it with
+-- with 'mark' on its run record then 'adopt' if-ok on the call's key, and ends it with
 -- 'mark' of the finished record and 'release' of each lock it held). Those keys are in
 -- different hash slots: a server in cluster mode refuses the batch (CROSSSLOT) before running
 -- any of it, and the backend then sends each lock's operation alone (the Backend default),
@@ -128,8 +128,8 @@ local function started()
   return string.format('%.0f', now_ms())
 end
 
--- A marker's token ('mark'): nobody fences with it, so it needs no counter; still never below
--- the floor, as every token.
+-- The token of a 'mark' grant: nobody fences with it, so it needs no counter; still never
+-- below the floor, as every token.
 local function unfenced_token(floor)
   local t = time()
   return string.format('%.0f', math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]),
