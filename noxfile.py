@@ -128,7 +128,7 @@ def newest(session: nox.Session) -> None:
 @nox.session(python="3.12")
 def django52(session: nox.Session) -> None:
     """lockkit_django on Django 5.2 LTS with the django-tasks backport."""
-    session.install("-e", ".[redis,zookeeper,postgresql,celery]", "Django==5.2.*",
+    session.install("-e", ".[redis,zookeeper,postgresql,mysql,celery]", "Django==5.2.*",
                     "django-tasks", "django-tasks-db", *TEST_TOOLS, *ADAPTER_TOOLS)  # fmt: skip
     session.run("python", "-c", _VERSIONS, silent=False)
     _pytest(session, _globbed(["tests/test_django_*.py", "tests/test_celery_django.py"]))
