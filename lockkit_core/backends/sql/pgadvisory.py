@@ -116,12 +116,11 @@ class PgAdvisoryBackend(Backend):
         round trip). With it: one statement taking it as its only parameter, prepared on the
         connection on first use (session scope only: its connections keep their server
         session, checked by :meth:`_check_pinned`), so the server parses and plans it once."""
+        cursor = conn.kept_cursor()
         with translated(what, self._pool.where):
             if lock_id is not None:
-                cursor = conn.kept_cursor()
                 row = cursor.execute(sql, (Int8(lock_id),), prepare=True).fetchone()
                 return row[0] if row else None
-            cursor = conn.kept_cursor()
             cursor.execute(sql)
             while cursor.nextset():
                 pass
