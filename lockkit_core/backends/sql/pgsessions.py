@@ -197,17 +197,19 @@ class HeldSessions:
     def forget_after_fork(self) -> list[BoundedConnection]:
         """The parent's connections, dropped here without closing them (the caller keeps them
         referenced: closing would end the parent's sessions, and its locks). The child gets
-        a watch set and wake pipe of its own: the inherited ones are the parent's."""
-        with self._lock:
-            inherited = [s.conn for s in self._by_owner.values()]
-            self._by_owner.clear()
-            self._by_fd.clear()
-            self._thread = None
-            for fd in (self._wake_r, self._wake_w):
-                os.close(fd)  # our copies only: the parent's stay open
-            if self._epoll is not None:
-                self._epoll.close()
-            self._open_wakers()
+        a watch set and wake pipe of its own: the inherited ones are the parent's. The
+        table's lock is replaced, not taken: the parent's watcher may have held it at the
+        fork, and no thread of the child would ever release it."""
+        self._lock = threading.Lock()
+        inherited = [s.conn for s in self._by_owner.values()]
+        self._by_owner = {}
+        self._by_fd = {}
+        self._thread = None
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)  # our copies only: the parent's stay open
+        if self._epoll is not None:
+            self._epoll.close()
+        self._open_wakers()
         return inherited
 
     def close(self) -> None:
