@@ -112,6 +112,9 @@ class WorkerRun:
     note: str
     #: the CPU part by part: "producer", "worker", "redis-server"
     parts: dict[str, dict[str, list[float]]]
+    #: the last round's server commands (INFO commandstats): name -> (calls per task, us per
+    #: call); commands run inside a script are counted too (their time is in the script's)
+    commands: dict[str, dict[str, tuple[float, float]]]
 
 
 def _worker_rounds(server: RedisServer, tasks: int, rounds: int, pinning: str) -> WorkerRun:
@@ -143,6 +146,7 @@ def _worker_rounds(server: RedisServer, tasks: int, rounds: int, pinning: str) -
     wall: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
     parts = {part: {name: [] for name in names} for part in _PARTS}
+    commands: dict[str, dict[str, tuple[float, float]]] = {}
     try:
         for i in range(rounds + 1):  # the first round warms the worker up
             shift = i % len(names)
@@ -150,6 +154,7 @@ def _worker_rounds(server: RedisServer, tasks: int, rounds: int, pinning: str) -
                 task = bench.TASKS[name]
                 counter = f"done:{task.name.split('.')[1]}"
                 counts.delete(counter)
+                counts.config_resetstat()
                 used = (time.process_time_ns(), cpu_ns(worker.pid), cpu_ns(server.pid))
                 began = time.perf_counter()
                 for n in range(tasks):
@@ -159,6 +164,8 @@ def _worker_rounds(server: RedisServer, tasks: int, rounds: int, pinning: str) -
                         raise RuntimeError("the benchmark worker died; see " + str(log))
                     time.sleep(0.002)
                 took = time.perf_counter() - began
+                if i == rounds:
+                    commands[name] = _commands_per_task(counts, tasks)
                 now = (time.process_time_ns(), cpu_ns(worker.pid), cpu_ns(server.pid))
                 if i:
                     wall[name].append(took / tasks * 1e6)
@@ -171,10 +178,21 @@ def _worker_rounds(server: RedisServer, tasks: int, rounds: int, pinning: str) -
         worker.wait(30)
         counts.close()
         os.sched_setaffinity(0, allowed)
-    return WorkerRun(wall, cpu, pin.note, parts)
+    return WorkerRun(wall, cpu, pin.note, parts, commands)
 
 
 _PARTS = ("producer", "worker", "redis-server")
+
+
+def _commands_per_task(client: Any, tasks: int) -> dict[str, tuple[float, float]]:
+    """The server's commands since the last CONFIG RESETSTAT, per task: calls and us/call
+    (broker traffic included: compare with the plain task's)."""
+    stats = client.info("commandstats")
+    return {
+        name.removeprefix("cmdstat_"): (stat["calls"] / tasks, float(stat["usec_per_call"]))
+        for name, stat in stats.items()
+        if stat["calls"] >= tasks // 2 and name != "cmdstat_config"
+    }
 
 
 def _print_worker(run: WorkerRun, tasks: int) -> None:
@@ -202,6 +220,12 @@ def _print_worker(run: WorkerRun, tasks: int) -> None:
             f"{name:<28} {statistics.median(run.wall[name]):8.0f} {added[name][0]:8.0f} "
             f"{statistics.median(run.cpu[name]):8.0f} {added[name][1]:8.0f}   {by_part}"
         )
+    print("Server commands in the last round, per task (calls x us per call):")
+    for name, seen in run.commands.items():
+        listed = ", ".join(
+            f"{cmd} {calls:.1f}x{usec:.1f}" for cmd, (calls, usec) in sorted(seen.items())
+        )
+        print(f"  {name:<26} {listed}")
     ours, once = added.get("lockkit LockedTask"), added.get("celery-once QueueOnce")
     if ours and once and once[0] > 0 and once[1] > 0:
         print(

@@ -109,6 +109,36 @@ def test_end_run_reports_a_lost_lease_and_frees_nothing_of_its_new_owner(
     assert backend.info(_full(kit, "done")) is not None
 
 
+def test_run_batches_keep_no_fencing_counter_for_their_records(
+    kit: LockKit, redis_server: RedisServer
+) -> None:
+    # Every task leaves a finished marker for ``remember`` seconds, and takes a run record;
+    # nobody reads their tokens, so a day-long fencing counter beside each would only cost the
+    # server memory and work.
+    backend = kit.backend
+    owner, run_owner = new_owner_token(), new_owner_token()
+    assert backend.try_acquire(_full(kit, "k"), owner, 10).acquired
+    started = backend.begin_run(_full(kit, "run"), run_owner, _full(kit, "k"), owner, 10)
+    assert started[1].acquired and started[1].token is not None
+    marker = (_full(kit, "done"), new_owner_token(), 30.0)
+    assert backend.end_run([(_full(kit, "k"), owner), (_full(kit, "run"), run_owner)], marker) == [
+        True,
+        True,
+    ]
+    done = backend.info(_full(kit, "done"))
+    assert done is not None and done.token is not None
+    # still above every token this client saw (the floor), as any token
+    assert done.token > started[1].token
+    client = redis.Redis.from_url(redis_server.url)
+    stored = f"lockkit:{{{_full(kit, 'done')}}}"
+    assert client.exists(stored) == 1
+    assert client.exists(stored + ":f") == 0
+    # nor for the run record, whose token nobody reads either
+    assert client.exists(f"lockkit:{{{_full(kit, 'run')}}}:f") == 0
+    # the locks it fences keep theirs
+    assert client.exists(f"lockkit:{{{_full(kit, 'k')}}}:f") == 1
+
+
 def test_a_cluster_mode_server_gets_one_call_per_lock() -> None:
     with RedisServer(cluster=True) as server:
         kit = LockKit(server.url, namespace=f"c{uuid.uuid4().hex[:8]}", ttl=5)

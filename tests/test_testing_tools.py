@@ -221,3 +221,34 @@ def test_proxy_to_a_dead_target_resets_the_client() -> None:
             sock.sendall(b"x")
             sock.recv(64)
         assert proxy.connections() == 0
+
+
+@pytest.mark.mysql
+def test_mariadb_servers_started_at_once_all_come_up() -> None:
+    """Each MariaDB keeps its temporary files in its own directory: installs sharing /tmp
+    collided on the bootstrap's temporary table names (3 of 18 starts failed, three at a
+    time), as pytest-xdist workers starting their session servers together do."""
+    import threading
+
+    from lockkit_core.testing.mariadb import MariaDBServer
+
+    started: list[MariaDBServer] = []
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            started.append(MariaDBServer())
+        except BaseException as exc:
+            failed.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert not failed, failed[0]
+        assert all(server.running() for server in started)
+    finally:
+        for server in started:
+            server.close()

@@ -1,13 +1,14 @@
 """``MariaDBServer``: a throwaway MariaDB on a free loopback port, for tests.
 
 ``mariadb-install-db`` writes a new data directory into a temporary directory; ``mariadbd``
-serves it on 127.0.0.1 with its socket and pid file in that directory (never the system's
-``/run/mysqld``), so it neither depends on nor collides with a server the distribution's
-package may run. An init file creates the user ``lockkit`` (no password, from anywhere) with
-every right, and the database ``lockkit``. Durability is relaxed (the data is thrown away).
-Under uid 0 the server runs as the ``mysql`` user (``--user``), which owns the directory.
-Readiness is a real connection that answers. Only the standard library is needed here; the
-readiness check uses PyMySQL when it is installed, else the server's greeting.
+serves it on 127.0.0.1 with its socket, pid file and temporary files in that directory
+(never the system's ``/run/mysqld`` or a shared ``/tmp``), so it neither depends on nor
+collides with a server the distribution's package may run, or another test session's. An
+init file creates the user ``lockkit`` (no password, from anywhere) with every right, and
+the database ``lockkit``. Durability is relaxed (the data is thrown away). Under uid 0 the
+server runs as the ``mysql`` user (``--user``), which owns the directory. Readiness is a
+real connection that answers. Only the standard library is needed here; the readiness check
+uses PyMySQL when it is installed, else the server's greeting.
 """
 
 from __future__ import annotations
@@ -104,6 +105,9 @@ class MariaDBServer(DatabaseServer):
             f"--datadir={self.data_dir}",
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
+            # passed on to the bootstrap server: its temporary tables are named after its
+            # pid and thread in tmpdir, so two installs at once in the shared /tmp collided
+            f"--tmpdir={self.dir}",
             *self._user_args(),
         ]
         done = subprocess.run(
@@ -124,6 +128,7 @@ class MariaDBServer(DatabaseServer):
             f"--socket={self.socket}",
             f"--pid-file={self.dir / 'mariadb.pid'}",
             f"--init-file={self.init_file}",
+            f"--tmpdir={self.dir}",
             "--skip-name-resolve",
             "--innodb-buffer-pool-size=32M",
             "--innodb-log-file-size=16M",

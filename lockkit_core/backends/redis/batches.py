@@ -45,7 +45,8 @@ class RunBatches:
         backend = self._backend
         ms = max(1, int(ttl * 1000))
         holder = backend._holder_here
-        acquire = ("acquire", "always", owner_id(run_owner), ms, holder, "", backend._floor, "1")
+        # 'mark': the run record's token is never read, so no fencing counter is kept for it
+        acquire = ("mark", "always", owner_id(run_owner), ms, holder, "", backend._floor, "1")
         adopt = ("adopt", "if-ok", owner, ms)
         try:
             replies = self._run(
@@ -80,7 +81,8 @@ class RunBatches:
             ms = max(1, int(ttl * 1000))
             holder = backend._holder_here
             keys.append(key)
-            ops.append(("acquire", "always", owner_id(owner), ms, holder, "", backend._floor, "1"))
+            # 'mark': nobody reads a marker's token, so no fencing counter is kept for it
+            ops.append(("mark", "always", owner_id(owner), ms, holder, "", backend._floor, "1"))
         for key, owner in releases:
             keys.append(key)
             ops.append(("release", "always", owner, backend._floor))

@@ -50,10 +50,12 @@
 --           ARGV[2..]: per operation <name>, <when>, <n>, then its n arguments as above;
 --           <when> is 'always', or 'if-ok': only if the operation before it answered 1
 --           returns one array per operation: its reply as above ({1} / {0} for a number),
---           or {-1} when 'if-ok' skipped it.
+--           or {-1} when 'if-ok' skipped it. <name> may also be 'mark': 'acquire' for a
+--           record whose token nobody reads (task deduplication's run and finished records),
+--           which keeps no fencing counter F for it (a day-long key per task, two commands).
 -- A batch is one atomic step over the locks of several keys (task deduplication starts a run
--- with 'acquire' on its run record then 'adopt' if-ok on the call's key, and ends it with
--- 'acquire' of the finished record and 'release' of each lock it held). Those keys are in
+-- with 'mark' on its run record then 'adopt' if-ok on the call's key, and ends it with
+-- 'mark' of the finished record and 'release' of each lock it held). Those keys are in
 -- different hash slots: a server in cluster mode refuses the batch (CROSSSLOT) before running
 -- any of it, and the backend then sends each lock's operation alone (the Backend default),
 -- so every single script still keeps to one lock's slot.
@@ -124,6 +126,14 @@ end
 -- A grant's start for the admin views; next_token read the clock already (no command more).
 local function started()
   return string.format('%.0f', now_ms())
+end
+
+-- The token of a 'mark' grant: nobody fences with it, so it needs no counter; still never
+-- below the floor, as every token.
+local function unfenced_token(floor)
+  local t = time()
+  return string.format('%.0f', math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]),
+    tonumber(floor) + 1))
 end
 
 -- max(last token + 1, server time in us, floor + 1): the counter alone keeps tokens rising while
@@ -293,7 +303,7 @@ end
 -- One operation on one lock: K holds its keys (L F Q E), A its arguments with A[1] the name.
 local function operate(op, K, A)
   L = K[1]
-  if op == 'acquire' then
+  if op == 'acquire' or op == 'mark' then
     local F, Q, E = K[2], K[3], K[4]
     local id, lease, holder, channel, floor = A[2], A[3], A[4], A[5], A[6]
     local fair, reads, pushes = A[7] ~= '0', A[7] == '2' or A[7] == '3', A[7] == '3'
@@ -382,7 +392,7 @@ local function operate(op, K, A)
         if to then return {0, redis.call('pttl', L)} end
       end
     end
-    local token = next_token(F, floor)
+    local token = op == 'mark' and unfenced_token(floor) or next_token(F, floor)
     redis.call('set', L, id .. '|' .. token .. '|' .. started() .. '|' .. holder, 'px', lease)
     return granted(token)
   end

@@ -1,4 +1,4 @@
-"""``python -m benchmarks.profile``: where one library's uncontended cycle spends its time.
+"""``python -m benchmarks.profiling``: where one library's uncontended cycle spends its time.
 
 Starts a pinned redis-server (the same two pinnings as the benchmark), warms up, then runs
 acquire+release cycles of one contender under :mod:`cProfile` and prints the functions that
@@ -23,7 +23,7 @@ from .servers import redis_server
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     names = [c.name for c in CONTENDERS if c.family == "redis"]
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.profiling", description=__doc__)
     parser.add_argument("contender", nargs="?", default="lockkit", choices=names)
     parser.add_argument("--cycles", type=int, default=5000)
     parser.add_argument("--pinning", choices=PINNING_NAMES, default="same")
