@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from importlib.util import find_spec
 
 import django
@@ -76,21 +77,8 @@ DATABASES = {
         "NAME": os.environ.get("DJPROJECT_PG_NAME", "lockkit"),
         "TEST": {"NAME": "test_lockkit", "DEPENDENCIES": []},
     },
-    # A real MariaDB (the ``my`` alias) and a SQLite file (``lite``), for the fenced writes on
-    # each database (tests/mariadb_fixtures.py fills them in). Django's MySQL backend runs on
-    # PyMySQL, the mysql extra's driver, in mysqlclient's place.
-    "my": {
-        "ENGINE": "django.db.backends.mysql",
-        "HOST": "127.0.0.1",
-        "PORT": "3306",
-        "USER": "lockkit",
-        "PASSWORD": "",
-        "NAME": "lockkit",
-        # Tables made from the models, not by migrations: django_tasks_db's migration 0019
-        # inspects its table on every alias, which MariaDB answers with an error where the
-        # router kept the table away (PostgreSQL and SQLite answer with nothing).
-        "TEST": {"NAME": "test_lockkit", "DEPENDENCIES": [], "MIGRATE": False},
-    },
+    # A real MariaDB (the ``my`` alias, added below) and a SQLite file (``lite``), for the fenced
+    # writes on each database (tests/mariadb_fixtures.py fills them in).
     "lite": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": "lite.sqlite3",
@@ -101,10 +89,26 @@ DATABASES = {
     },
 }
 
-if find_spec("pymysql"):
+# The ``my`` alias lives only in the test session's own process, where a fixture points it at a
+# real MariaDB. Processes the tests start (manage.py commands, db_worker) run Django's system
+# checks, which on Django 6.1 ask every MySQL alias for its server version; with no server
+# behind ``my`` there, they would fail before doing their work.
+if find_spec("pymysql") and "pytest" in sys.modules:
     import pymysql
 
     pymysql.install_as_MySQLdb()
+    DATABASES["my"] = {
+        "ENGINE": "django.db.backends.mysql",
+        "HOST": "127.0.0.1",
+        "PORT": "3306",
+        "USER": "lockkit",
+        "PASSWORD": "",
+        "NAME": "lockkit",
+        # Tables made from the models, not by migrations: django_tasks_db's migration 0019
+        # inspects its table on every alias, which MariaDB answers with an error where the
+        # router kept the table away (PostgreSQL and SQLite answer with nothing).
+        "TEST": {"NAME": "test_lockkit", "DEPENDENCIES": [], "MIGRATE": False},
+    }
 
 # DJPROJECT_DEFAULT=pg: the project's own database is the PostgreSQL the ``pg`` alias names
 # (the dedupe tests on ``django://default`` with the task rows and leases on PostgreSQL).
