@@ -10,6 +10,7 @@ import pytest
 
 from ...backends.base import Capability
 from ...errors import LockNotOwned, LockTimeout, LockUnavailable
+from ...kit import LockKit
 from .fixtures import ContractBase, KitFactory
 
 __all__ = ["WaitingContract"]
@@ -20,6 +21,20 @@ class WaitingContract(ContractBase):
 
     def test_blocking_acquire_is_woken_when_released(self, make_kit: KitFactory) -> None:
         a, b = make_kit(), make_kit()
+        # A store that polls lags its poll interval on every run; a loaded machine can
+        # deschedule the waiter now and then. So one hand-over of three must come soon.
+        lags = [self._hand_over_lag(a, b)]
+        while lags[-1] >= 0.15 and len(lags) < 3:
+            lags.append(self._hand_over_lag(a, b))
+        assert 0 <= lags[-1] < 0.15, (
+            "the waiter got the lock "
+            + ", ".join(f"{lag:.3f}" for lag in lags)
+            + " s after it was released"
+        )
+
+    @staticmethod
+    def _hand_over_lag(a: LockKit, b: LockKit) -> float:
+        """Seconds from a's release to b's blocking acquire returning."""
         holding = threading.Event()
         released_at: list[float] = []
 
@@ -38,9 +53,8 @@ class WaitingContract(ContractBase):
             acquired_at = time.monotonic()
         finally:
             holder.join(5)
-        lag = acquired_at - released_at[0]
-        assert 0 <= lag < 0.15, f"the waiter got the lock {lag:.3f} s after it was released"
         waiter.release()
+        return acquired_at - released_at[0]
 
     def test_a_release_between_the_attempt_and_the_wait_is_not_slept_through(
         self, make_kit: KitFactory
