@@ -237,4 +237,32 @@ def test_an_asyncio_hand_over_in_one_process_is_one_request(kits: list[LockKit])
     handovers = waiters + 1  # the holder's release, then each task's
     # The last release of all may still ask whether the key is free (one read, one delete).
     assert sum(sent.values()) <= handovers + 2, f"{dict(sent)} for {handovers} releases"
-    assert _queued(kit, "drain") == 0
+    _parent_removed(kit, "drain")
+
+
+def _parent_removed(kit: LockKit, key: str) -> None:
+    """Wait until ``key``'s parent node is gone (a free key leaves nothing behind)."""
+    backend = kit.backend
+    assert isinstance(backend, ZooKeeperBackend)
+    parent = backend.tree.parent(f"{kit.namespace}:{key}")
+    client = backend.session.client()
+    wait_until(lambda: client.exists(parent) is None)
+
+
+def test_waiters_that_give_up_behind_a_holder_leave_no_parent_behind(kits: list[LockKit]) -> None:
+    # The leaving waiters see the holder's node still there and leave the parent to it; the
+    # holder, releasing last, removes it.
+    kit = kits[0]
+
+    async def main() -> None:
+        holder = kit.lock("gaveup")
+        assert await holder.aacquire()
+
+        async def waiter() -> bool:
+            return await kit.lock("gaveup", fair=True).aacquire(timeout=0.5)
+
+        assert not any(await asyncio.gather(*(waiter() for _ in range(5))))
+        await holder.arelease()
+
+    asyncio.run(main())
+    _parent_removed(kit, "gaveup")
