@@ -181,3 +181,45 @@ def test_lockkit_backends_shows_the_advisory_capabilities() -> None:
     assert set(advisory["capabilities"]) == {"notify", "cross_process", "cross_host", "no_lease"}
     assert "ttl" in rows["postgresql"]["capabilities"]
     assert "hand_off" in rows["postgresql"]["capabilities"]
+
+
+def test_a_child_forked_while_the_session_watcher_is_busy_can_lock(
+    postgres_server: PostgresServer,
+) -> None:
+    """The watcher thread takes its table's lock now and then; a fork at that moment must not
+    leave the child waiting for a lock no thread of the child will ever release."""
+    import os
+
+    url = f"{postgres_server.url}?mode=advisory"
+    with LockKit(url, namespace=_ns()) as kit:
+        held = kit.lock("parent")
+        assert held.acquire(timeout=0)
+        sessions = kit.backend._sessions  # type: ignore[attr-defined]
+        busy, done = threading.Event(), threading.Event()
+
+        def watcher_at_work() -> None:  # what the watcher does while it reads its table
+            with sessions._lock:
+                busy.set()
+                done.wait(10)
+
+        thread = threading.Thread(target=watcher_at_work)
+        thread.start()
+        busy.wait(5)
+        pid = os.fork()
+        if pid == 0:  # the child: a lock of its own, then out
+            lock = kit.lock("child")
+            os._exit(0 if lock.acquire(timeout=2) and lock.release() is None else 3)
+        done.set()
+        thread.join()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            finished, status = os.waitpid(pid, os.WNOHANG)
+            if finished:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            status = None
+        assert status == 0, "the forked child hung (or failed) taking a lock"
+        held.release()

@@ -29,6 +29,7 @@ bounded by ``lock_timeout``) and the grant arrives on its own connection, which 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
@@ -36,6 +37,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from psycopg import errors as pg_errors
+from psycopg.types.numeric import Int8
 
 from ...errors import BackendError, BackendUnavailable, ConfigError, NotSupported
 from ...url import LockURL
@@ -49,9 +51,13 @@ from .schema import SERVER_OPTIONS
 __all__ = ["PgAdvisoryBackend", "advisory_id"]
 
 SCOPES = ("session", "transaction")
+#: session scope's statements; their transaction-scope counterparts are in ``_run_on_lock``
+TAKE_SQL = "SELECT pg_try_advisory_lock(%s)"
+RELEASE_SQL = "SELECT pg_advisory_unlock(%s)"
 _inherited: list[BoundedConnection] = []
 
 
+@functools.lru_cache(maxsize=4096)  # a digest per statement was a fiftieth of a cycle
 def advisory_id(key: str) -> int:
     """The advisory lock id of ``key``: the first 64 bits of its SHA-256, signed."""
     data = b"lockkit-advisory\0" + key.encode("utf-8", "surrogatepass")
@@ -87,9 +93,14 @@ class PgAdvisoryBackend(Backend):
                 f"got {self.scope!r}"
             )
         io_timeout = self.options.get("socket_timeout", 10.0)
-        # unprepared: transaction scope is meant to work behind a transaction pooler
+        # transaction scope is meant to work behind a transaction pooler, which runs the next
+        # statement on another server session, where a prepared one is unknown; session
+        # scope refuses such a pooler (``_check_pinned``), so it may prepare its statements
         self._pool = PgPool(
-            postgres_conninfo(url, self.options), url.redacted(), io_timeout, prepare=False
+            postgres_conninfo(url, self.options),
+            url.redacted(),
+            io_timeout,
+            prepare=self.scope == "session",
         )
         self._sessions = HeldSessions(url.redacted())
         self._pinned_checked = False
@@ -97,11 +108,20 @@ class PgAdvisoryBackend(Backend):
 
     # -- statements ------------------------------------------------------------------------------
 
-    def _first(self, conn: BoundedConnection, sql: str, what: str) -> Any:
-        """Run ``sql`` (one or more statements, no parameters: the simple protocol, one round
-        trip) on ``conn``; the first column of the last statement's first row."""
+    def _first(
+        self, conn: BoundedConnection, sql: str, what: str, lock_id: int | None = None
+    ) -> Any:
+        """Run ``sql`` on ``conn``: the first column of the last statement's first row.
+        Without ``lock_id``: one or more statements, no parameters (the simple protocol, one
+        round trip). With it: one statement taking it as its only parameter, prepared on the
+        connection on first use (session scope only: its connections keep their server
+        session, checked by :meth:`_check_pinned`), so the server parses and plans it once."""
+        cursor = conn.kept_cursor()
         with translated(what, self._pool.where):
-            cursor = conn.execute(sql)
+            if lock_id is not None:
+                row = cursor.execute(sql, (Int8(lock_id),), prepare=True).fetchone()
+                return row[0] if row else None
+            cursor.execute(sql)
             while cursor.nextset():
                 pass
             row = cursor.fetchone() if cursor.pgresult and cursor.pgresult.ntuples else None
@@ -143,15 +163,15 @@ class PgAdvisoryBackend(Backend):
                 )
             self._pinned_checked = True
 
-    def _take_sql(self, lock_id: int) -> str:
+    def _run_on_lock(self, conn: BoundedConnection, session_sql: str, key: str, what: str) -> Any:
+        """Run the session-scope statement ``session_sql`` (its parameter: ``key``'s lock id),
+        or in transaction scope its counterpart in the lock's transaction."""
+        lock_id = advisory_id(key)
         if self.scope == "session":
-            return f"SELECT pg_try_advisory_lock({lock_id:d})"
-        return f"BEGIN; SELECT pg_try_advisory_xact_lock({lock_id:d})"
-
-    def _release_sql(self, lock_id: int) -> str:
-        if self.scope == "session":
-            return f"SELECT pg_advisory_unlock({lock_id:d})"
-        return "COMMIT; SELECT true"
+            return self._first(conn, session_sql, what, lock_id)
+        if session_sql is TAKE_SQL:
+            return self._first(conn, f"BEGIN; SELECT pg_try_advisory_xact_lock({lock_id:d})", what)
+        return self._first(conn, "COMMIT; SELECT true", what)
 
     def _give_back(self, conn: BoundedConnection) -> None:
         """Return ``conn`` to the pool once nothing of a lock is left on it."""
@@ -171,7 +191,7 @@ class PgAdvisoryBackend(Backend):
         self._check_pinned()
         conn, _ = self._pool.take(f"acquire {key!r}")
         try:
-            taken = self._first(conn, self._take_sql(advisory_id(key)), f"acquire {key!r}")
+            taken = self._run_on_lock(conn, TAKE_SQL, key, f"acquire {key!r}")
         except BaseException:
             conn.close()
             raise
@@ -191,9 +211,7 @@ class PgAdvisoryBackend(Backend):
             if session.lost is not None or session.conn.closed:
                 return False
             try:
-                freed = self._first(
-                    session.conn, self._release_sql(advisory_id(key)), f"release {key!r}"
-                )
+                freed = self._run_on_lock(session.conn, RELEASE_SQL, key, f"release {key!r}")
             except BackendUnavailable:
                 session.conn.close()  # the session ended, and the lock with it
                 return False
