@@ -1,4 +1,4 @@
-"""``python -m benchmarks.async_waiters [--waiters 10,1000] [--stores redis,zookeeper]``.
+"""``python -m benchmarks.async_waiters [--waiters 10,1000] [--stores redis,zookeeper,etcd]``.
 
 Many asyncio tasks of one process wait on one key; then the holder lets go and the lock passes
 down the whole queue, each task releasing it as soon as it has it. Each (store, waiter count)
@@ -10,7 +10,9 @@ runs in a fresh child process, so its peak RSS is its own. Reported per run:
 * store round trips while the queue drains, per hand-over: on redis every command a client
   sent (``MONITOR``, scripts' inner commands left out, see :mod:`benchmarks.redis_monitor`);
   on ZooKeeper the requests the server received (its ``mntr`` packet counter, which also
-  counts the session's pings, so it is an upper bound).
+  counts the session's pings, so it is an upper bound); on etcd the gRPC messages the member
+  received (its ``/metrics``: the JSON gateway's requests, and each message of a stream, such as
+  a watch's create and a lease's keep-alive), by method.
 
 The counting brackets only the drain: the child says when every waiter is queued, the parent
 starts counting and tells it to go, the child says when the last task is done.
@@ -53,6 +55,19 @@ def queued(kit: LockKit) -> int:
     if scheme == "zookeeper":
         backend: Any = kit.backend
         return len(backend.session.run(backend.tree.children(full_key))) - 1
+    if scheme == "etcd":
+        from lockkit_core.backends.etcd.client import b64
+        from lockkit_core.backends.etcd.layout import prefix_end, queue_prefix
+        from lockkit_core.testing.etcd import etcd_request
+
+        prefix = queue_prefix(full_key)
+        assert kit.backend.url.port is not None
+        found = etcd_request(
+            kit.backend.url.port,
+            "kv/range",
+            {"key": b64(prefix), "range_end": b64(prefix_end(prefix)), "count_only": True},
+        )
+        return int(found.get("count", 0))
     raise ValueError(scheme)
 
 
@@ -150,7 +165,51 @@ def zookeeper_store() -> Iterator[tuple[str, Callable[[], Any]]]:
         server.close()
 
 
-STORES = {"redis": redis_store, "zookeeper": zookeeper_store}
+class EtcdMessages:
+    """gRPC messages an etcd member received inside the block (its ``/metrics``), by method."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.total = 0
+        self.commands: dict[str, int] = {}
+
+    def _received(self) -> dict[str, int]:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as got:
+            text = got.read().decode()
+        counts: dict[str, int] = {}
+        for line in text.splitlines():
+            if line.startswith("grpc_server_msg_received_total{"):
+                labels, _, value = line.partition("} ")
+                method = labels.split('grpc_method="', 1)[1].split('"', 1)[0]
+                counts[method] = counts.get(method, 0) + int(float(value))
+        return counts
+
+    def __enter__(self) -> EtcdMessages:
+        self._start = self._received()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = self._received()
+        for method, count in end.items():
+            if count - self._start.get(method, 0):
+                self.commands[method] = count - self._start.get(method, 0)
+        self.total = sum(self.commands.values())
+
+
+@contextmanager
+def etcd_store() -> Iterator[tuple[str, Callable[[], Any]]]:
+    from lockkit_core.testing.etcd import EtcdServer
+
+    server = EtcdServer()
+    try:
+        yield server.url, lambda: EtcdMessages(server.port())
+    finally:
+        server.close()
+
+
+STORES = {"redis": redis_store, "zookeeper": zookeeper_store, "etcd": etcd_store}
 
 
 def run_one(url: str, counter: Callable[[], Any], waiters: int) -> dict[str, Any]:

@@ -10,6 +10,7 @@ real client (a counter around its calls), the server is real.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -202,3 +203,66 @@ def test_a_holder_that_stops_renewing_is_removed_when_its_lease_ends(
         assert not third.errors
     finally:
         third.finish()
+
+
+def test_an_asyncio_hand_over_in_one_process_is_one_request(kits: list[LockKit]) -> None:
+    # Twenty tasks of one kit queue on one key; the lock then passes down the queue, each
+    # task releasing as soon as it holds it. A hand-over is the release alone: the next task
+    # takes the lock on its watch (no read of its turn), and the release does not ask whether
+    # the key is free while a task of this kit still has a node queued on it.
+    kit = kits[0]
+    waiters = 20
+
+    async def main() -> Counter[str]:
+        holder = kit.lock("drain")
+        assert await holder.aacquire()
+
+        async def waiter() -> None:
+            lock = kit.lock("drain", fair=True)
+            assert await lock.aacquire(timeout=20)
+            await lock.arelease()
+
+        tasks = [asyncio.create_task(waiter()) for _ in range(waiters)]
+        deadline = time.monotonic() + 20
+        while _queued(kit, "drain") < waiters + 1:
+            assert time.monotonic() < deadline, "the tasks did not all queue"
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # each task's watch on the node ahead is set
+        sent = _count_requests(kit)
+        await holder.arelease()
+        await asyncio.gather(*tasks)
+        return sent
+
+    sent = asyncio.run(main())
+    handovers = waiters + 1  # the holder's release, then each task's
+    # The last release of all may still ask whether the key is free (one read, one delete).
+    assert sum(sent.values()) <= handovers + 2, f"{dict(sent)} for {handovers} releases"
+    _parent_removed(kit, "drain")
+
+
+def _parent_removed(kit: LockKit, key: str) -> None:
+    """Wait until ``key``'s parent node is gone (a free key leaves nothing behind)."""
+    backend = kit.backend
+    assert isinstance(backend, ZooKeeperBackend)
+    parent = backend.tree.parent(f"{kit.namespace}:{key}")
+    client = backend.session.client()
+    wait_until(lambda: client.exists(parent) is None)
+
+
+def test_waiters_that_give_up_behind_a_holder_leave_no_parent_behind(kits: list[LockKit]) -> None:
+    # The leaving waiters see the holder's node still there and leave the parent to it; the
+    # holder, releasing last, removes it.
+    kit = kits[0]
+
+    async def main() -> None:
+        holder = kit.lock("gaveup")
+        assert await holder.aacquire()
+
+        async def waiter() -> bool:
+            return await kit.lock("gaveup", fair=True).aacquire(timeout=0.5)
+
+        assert not any(await asyncio.gather(*(waiter() for _ in range(5))))
+        await holder.arelease()
+
+    asyncio.run(main())
+    _parent_removed(kit, "gaveup")

@@ -16,7 +16,7 @@ from .claims import UNSENT, Claims, claim_delay
 from .nodes import NodeData, node_owner, remaining_ms
 from .session import Session, Steps, client_kwargs, ensemble
 from .shared import SharedPlaces
-from .tree import LockTree, Mine, op
+from .tree import LockTree, Mine, Nodes, op
 from .waiter import ZooKeeperWaiter
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class ZooKeeperBackend(Backend):
         self.session = Session(kwargs, self.options.get("socket_timeout", 5.0), url.redacted())
         self.session.on_reconnect = self._sweep
         self.tree = LockTree(self.session, chroot + "/lockkit/locks")
-        self._nodes: dict[tuple[str, str], Mine] = {}
+        self._nodes = Nodes()
         self._queued: dict[tuple[str, str], ZooKeeperWaiter] = {}
         self._shared = SharedPlaces(self)
         self._claims = Claims(self.session, self.tree)
@@ -83,7 +83,7 @@ class ZooKeeperBackend(Backend):
         self.session.run(self._sweeping())
 
     def _sweeping(self) -> Steps[None]:
-        yield from self.tree.sweep({mine.path for mine in list(self._nodes.values())})
+        yield from self.tree.sweep({mine.path for mine in self._nodes.values()})
 
     # -- our nodes ----------------------------------------------------------------------------
 
@@ -122,6 +122,15 @@ class ZooKeeperBackend(Backend):
                     since=data.since if claimed else 0.0,
                 ), children
         return None, children
+
+    def _let_go(self, key: str, owner: str) -> None:
+        """After ``owner``'s node on ``key`` is deleted: remove the key's parent if it is
+        empty, unless another node of this process is still on it or being deleted. Its
+        owner comes here too, after its own delete is answered, so the parent is not left
+        behind; and a hand-over within this process is the release alone, with no read of
+        whether the key is free."""
+        if self._nodes.left(key, owner, self.session.generation):
+            self.tree.drop_parent(key)
 
     # -- locking ------------------------------------------------------------------------------
 
@@ -267,19 +276,23 @@ class ZooKeeperBackend(Backend):
             mine, _ = yield from self._find(key, owner)
         if mine is None:
             return False
-        self._nodes.pop((key, owner), None)
+        self._nodes.take((key, owner))
         with self._claims.lock:
             unsent = mine.claim is UNSENT
             if unsent:
                 mine.claim = None
-        if unsent:
-            # Released before its claim was sent: claim and delete in one write, so the
-            # waiter behind, which may not know we held the lock, learns it from the claim.
-            data = NodeData.here(mine.lease_ms).encode()
-            done = yield from self.tree.claim_and_delete(mine.path, data)
-        else:
-            done = yield from self.tree.delete(mine.path)
-        self.tree.drop_parent(key)
+        try:
+            if unsent:
+                # Released before its claim was sent: claim and delete in one write, so the
+                # waiter behind, which may not know we held the lock, learns it from the claim.
+                data = NodeData.here(mine.lease_ms).encode()
+                done = yield from self.tree.claim_and_delete(mine.path, data)
+            else:
+                done = yield from self.tree.delete(mine.path)
+        except BaseException:
+            self._nodes.left(key, owner, self.session.generation)
+            raise
+        self._let_go(key, owner)
         self._claims.settle(key, mine)  # answered before the delete: a failed claim means no node
         return done and mine.claimed
 
@@ -330,14 +343,18 @@ class ZooKeeperBackend(Backend):
 
     def leave(self, key: str, owner: str, *, reachable: bool) -> Steps[None]:
         """Drop ``owner``'s queue node on ``key`` (the waiter gave up)."""
-        mine = self._nodes.pop((key, owner), None)
-        if mine is None:
+        mine = self._nodes.take((key, owner))
+        if mine is None or not reachable:
+            self._nodes.left(key, owner, self.session.generation)
+            if mine is not None:
+                self.tree.orphan(key, owner_id(owner))
             return
-        if not reachable:
-            self.tree.orphan(key, owner_id(owner))
-            return
-        yield from self.tree.delete(mine.path)
-        self.tree.drop_parent(key)
+        try:
+            yield from self.tree.delete(mine.path)
+        except BaseException:
+            self._nodes.left(key, owner, self.session.generation)
+            raise
+        self._let_go(key, owner)
 
     @property
     def session_timeout(self) -> float:
@@ -391,7 +408,7 @@ class ZooKeeperBackend(Backend):
         self._claims.forget_after_fork()
         self.sender = Sender()
         self._aio = PerLoop()
-        self._nodes = {}
+        self._nodes = Nodes()
         self._queued = {}
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ from ...errors import BackendError, BackendUnavailable
 from .nodes import NodeData, key_node, node_owner, ordered
 from .session import Request, Session, Steps
 
-__all__ = ["LockTree", "Mine", "op"]
+__all__ = ["LockTree", "Mine", "Nodes", "op"]
 
 #: attempts before giving up on a key whose parent keeps vanishing under our creates
 _ROUNDS = 8
@@ -41,6 +41,64 @@ class Mine:
     claim: Any = None
     lease_ms: int = 0  #: the lease the claim stamps
     since: float = 0.0  #: when it claimed (epoch s, the server's clock as seen); 0: not yet
+
+
+class Nodes:
+    """Our nodes by (key, owner), and by key the owners of this process whose node is on it
+    or being deleted: the last of them to see its delete answered removes the key's parent
+    if it is empty (see ``ZooKeeperBackend._let_go``). Callers on several threads and loops
+    change it at once, hence the lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_key: dict[str, dict[str, Mine]] = {}
+        self._leaving: dict[str, set[str]] = {}
+
+    def get(self, at: tuple[str, str]) -> Mine | None:
+        return self._by_key.get(at[0], {}).get(at[1])
+
+    def __setitem__(self, at: tuple[str, str], mine: Mine) -> None:
+        with self._lock:
+            self._by_key.setdefault(at[0], {})[at[1]] = mine
+
+    def pop(self, at: tuple[str, str], default: None = None) -> Mine | None:
+        with self._lock:
+            return self._pop(at)
+
+    def _pop(self, at: tuple[str, str]) -> Mine | None:
+        owners = self._by_key.get(at[0])
+        if owners is None:
+            return None
+        mine = owners.pop(at[1], None)
+        if not owners:
+            del self._by_key[at[0]]
+        return mine
+
+    def take(self, at: tuple[str, str]) -> Mine | None:
+        """:meth:`pop` a node about to be deleted; :meth:`left` must follow."""
+        with self._lock:
+            self._leaving.setdefault(at[0], set()).add(at[1])
+            return self._pop(at)
+
+    def left(self, key: str, owner: str, generation: int) -> bool:
+        """``owner``'s delete on ``key`` was answered (or failed): True if no other node of
+        this process is on the key or being deleted (nodes of a session other than
+        ``generation`` are gone from the server and do not count)."""
+        with self._lock:
+            leaving = self._leaving.get(key, set())
+            leaving.discard(owner)
+            if not leaving:
+                self._leaving.pop(key, None)
+            if leaving:
+                return False
+            return not any(
+                other != owner and mine.generation == generation
+                for other, mine in self._by_key.get(key, {}).items()
+            )
+
+    def values(self) -> list[Mine]:
+        with self._lock:
+            return [mine for owners in self._by_key.values() for mine in owners.values()]
 
 
 class LockTree:
