@@ -159,6 +159,30 @@ class Connections:
         except self._dropped:
             return True
 
+    def _take(self) -> _Held:
+        """An idle connection of this process, or a new one from the pool."""
+        if self._pid != os.getpid():
+            # The parent's sockets: using one would interleave two processes' replies.
+            self._idle = []
+            self._pid = os.getpid()
+        try:
+            return self._idle.pop()  # atomic: no two threads get the same connection
+        except IndexError:
+            return _Held(self._checkout())
+
+    def _ready(self, held: _Held) -> None:
+        """Reconnect ``held`` if it went stale or has no socket; else check its health."""
+        conn = held.conn
+        if self._stale(held):
+            conn.disconnect()
+        if getattr(conn, "_sock", None) is None:
+            # Connect through connect(), as the pool does: a Sentinel-managed connection
+            # asks the sentinels for the master there (sending would connect to the
+            # address it had, a master that may be gone).
+            conn.connect()
+        elif not self._give_back and conn.health_check_interval:
+            conn.check_health()  # (redis-py's send does it on the app's connections)
+
     def call(self, packed: bytes, within: float | None = None) -> Any:
         """Send ``packed`` and return its parsed reply; raises redis-py's exceptions (and
         ``TimeoutError`` past the socket timeout).
@@ -166,25 +190,10 @@ class Connections:
         ``within``: seconds to wait for the reply to start arriving (a blocking command on a
         slow link must not keep its caller past its own timeout); if none has, the connection
         is dropped (the reply can never be read as another command's) and None returned."""
-        if self._pid != os.getpid():
-            # The parent's sockets: using one would interleave two processes' replies.
-            self._idle = []
-            self._pid = os.getpid()
-        try:
-            held = self._idle.pop()  # atomic: no two threads get the same connection
-        except IndexError:
-            held = _Held(self._checkout())
+        held = self._take()
         conn = held.conn
         try:
-            if self._stale(held):
-                conn.disconnect()
-            if getattr(conn, "_sock", None) is None:
-                # Connect through connect(), as the pool does: a Sentinel-managed connection
-                # asks the sentinels for the master there (sending would connect to the
-                # address it had, a master that may be gone).
-                conn.connect()
-            elif not self._give_back and conn.health_check_interval:
-                conn.check_health()  # (redis-py's send does it on the app's connections)
+            self._ready(held)
             if self._give_back:
                 conn.send_packed_command((packed,))
                 if within is not None and not _readable(conn, within):
@@ -229,21 +238,10 @@ class Connections:
         error reply as its exception, not raised) and the second's, still to come: the
         connection stays with the :class:`Pending` until that is read or dropped. Raises
         as :meth:`call` for a failure of the connection."""
-        if self._pid != os.getpid():
-            self._idle = []
-            self._pid = os.getpid()
-        try:
-            held = self._idle.pop()
-        except IndexError:
-            held = _Held(self._checkout())
+        held = self._take()
         conn = held.conn
         try:
-            if self._stale(held):
-                conn.disconnect()
-            if getattr(conn, "_sock", None) is None:
-                conn.connect()
-            elif conn.health_check_interval:
-                conn.check_health()
+            self._ready(held)
             sock: socket.socket = conn._sock
             sock.sendall(packed)
             reply, rest = self._read(sock, b"")
