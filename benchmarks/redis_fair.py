@@ -11,7 +11,8 @@ Two measurements on one fresh redis-server:
 2. speed: the contention scenario of ``benchmarks.contended`` (``--processes`` processes on
    one key), the two locks taking turns ``--repeats`` times; the medians of sections/s, and
    of the redis-server's CPU time per section (what it ran, from ``/proc``: less sensitive to
-   other work on the machine than the rates, which are wall-clock);
+   other work on the machine than the rates, which are wall-clock), and of the share of
+   sections that went to another process than the one before;
 3. round trips: one more short run of each under ``MONITOR`` (which slows the server, so it
    is never timed): the lock commands clients sent (EVALSHA, BLPOP) per section, and the
    server's read events (``total_reads_processed``, one per client write that reached it,
@@ -129,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         rates: dict[str, list[float]] = {name: [] for name in _NAMES}
         server_us: dict[str, list[float]] = {name: [] for name in _NAMES}
+        switched: dict[str, list[float]] = {name: [] for name in _NAMES}
         for repeat in range(args.repeats):
             names = _NAMES if repeat % 2 == 0 else _NAMES[::-1]
             for name in names:
@@ -137,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if "error" in row:
                     raise RuntimeError(f"{name}: {row['error']}")
                 rates[name].append(float(row["per_second"]))
+                switched[name].append(100.0 * float(row["handoff_share"]))
                 if server.pid is not None:
                     ran = cpu_ns(server.pid) - ran
                     server_us[name].append(ran / 1000.0 / max(1, int(row["sections"])))
@@ -157,6 +160,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  {'':<18} redis-server CPU per section median "
                 f"{statistics.median(server_us[name]):.0f} µs  ({shown})"
             )
+        # barging keeps one process going; strict order changes process on every section
+        print(
+            f"  {'':<18} the next section in another process: median "
+            f"{statistics.median(switched[name]):.0f} % of sections"
+        )
     ratio = fair / default
     met = fifo == 100.0 and ratio >= 0.9
     print(f"  {'met' if met else 'missed':<7} FIFO 100 % at >= 90 % of the default: {ratio:.0%}")
