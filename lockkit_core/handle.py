@@ -12,12 +12,12 @@ acquisition. The public API (blocking and asyncio) is :class:`~lockkit_core.lock
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from . import process
 from .errors import LockLost, LockNotOwned
 from .hold import Hold, inherited_message, lost_message
 from .keys import namespaced
@@ -121,7 +121,7 @@ class Handle:
         with holds.mutex:
             if (
                 holds.get(self.full_key) is not hold
-                or hold.pid != os.getpid()
+                or hold.pid != process.pid()
                 or not hold.active
                 or (use is not None and use[0] is not hold)
                 or (self._given_owner is not None and self._given_owner != hold.owner)
@@ -143,7 +143,13 @@ class Handle:
         """Let go of one level: the hold to free on the store once the outermost level ends,
         the given owner token to release directly, or None while re-entered."""
         holds = self.kit.holds
-        hold = self._here()
+        reentrant = self.reentrant
+        hold: Hold | None
+        if reentrant:
+            use: list[Any] | None = getattr(self._local, "use", None) or self._async_use
+            hold = None if use is None else use[0]
+        else:
+            hold = self._hold
         if hold is None:
             if self._given_owner is not None:
                 return self._given_owner
@@ -155,16 +161,23 @@ class Handle:
                 else "this handle does not hold it"
             )
             raise LockNotOwned(self.key, f"cannot release {self.key!r}: {how}")
-        if hold.pid != os.getpid():
+        if hold.pid != process.pid():
             raise LockNotOwned(self.key, inherited_message(self.key, hold))
         with holds.mutex:
-            if self.reentrant:
-                asynchronous = self._use(False) is None
-                use = self._use(asynchronous)
+            if reentrant:
+                # This thread's use, else the handle's asyncio one (read again under the
+                # mutex: another task may have let go of it meanwhile).
+                use = getattr(self._local, "use", None)
+                asynchronous = use is None
+                if asynchronous:
+                    use = self._async_use
                 assert use is not None
                 use[1] -= 1
                 if use[1] == 0:
-                    self._set_use(None, asynchronous)
+                    if asynchronous:
+                        self._async_use = None
+                    else:
+                        self._local.use = None
             elif self._hold is hold:
                 self._hold = None
             else:  # another thread released it first
@@ -184,7 +197,7 @@ class Handle:
         hold = self._view()
         if hold is None:
             raise LockNotOwned(self.key, f"lock {self.key!r} is not held by this handle")
-        if hold.pid != os.getpid():
+        if hold.pid != process.pid():
             raise LockNotOwned(self.key, inherited_message(self.key, hold))
         if hold.is_lost():
             raise LockLost(self.key, lost_message(self.key, hold))
