@@ -62,7 +62,8 @@ class Holds:
                 self._by_key[hold.full_key] = hold
         self.backend.track(hold)
         watch(hold)
-        self.tie(hold, lock)
+        if hold.ttl is None:
+            self.tie(hold, lock)
         return hold
 
     def tie(self, hold: Hold, lock: Lock) -> None:

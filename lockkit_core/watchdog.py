@@ -67,7 +67,9 @@ class Watchdog:
             due = hold.deadline
         else:
             return
-        self.schedule(hold, due)
+        self._new.append((due, hold))  # as schedule() does
+        if not self._running or due < self._wake_at or len(self._new) > self._compact_at:
+            self._poke(due)
 
     def schedule(self, hold: Hold, due: float) -> None:
         """Service ``hold`` at monotonic time ``due``."""
@@ -210,11 +212,8 @@ def _drop_leaked(hold: Hold, why: str) -> None:
 
 
 _watchdog = Watchdog()
-
-
-def watch(hold: Hold) -> None:
-    """Hand ``hold`` to the process's watchdog (see :meth:`Watchdog.watch`)."""
-    _watchdog.watch(hold)
+#: hand a hold to the process's watchdog (see :meth:`Watchdog.watch`)
+watch = _watchdog.watch
 
 
 if hasattr(os, "register_at_fork"):
