@@ -25,11 +25,11 @@ from .layout import (
 )
 from .leases import LEASE_MARGIN, Leases
 from .queue import WaitQueue
-from .txn import acquire_body, take_over_body
+from .txn import acquire_body, renew_body, still_ours, take_over_body
 from .waiter import WAIT_SLICE, EtcdWaiter
 
 if TYPE_CHECKING:
-    from .aio import EtcdOps
+    from .line import EtcdOps
 
 __all__ = ["EtcdBackend"]
 
@@ -81,8 +81,20 @@ class EtcdBackend(Backend):
 
     # -- locking ---------------------------------------------------------------------------------
 
-    def _value(self, owner: str, ttl: float, started: float | None) -> str:
-        return Record.value(owner_id(owner), ttl, self._holder + str(os.getpid()), started)
+    def record_value(
+        self, owner: str, ttl: float, started: float | None, token: int | None = None
+    ) -> str:
+        return Record.value(owner_id(owner), ttl, self._holder + str(os.getpid()), started, token)
+
+    def held(self, key: str, owner: str) -> Held | None:
+        """What we know of ``owner``'s hold on ``key``, if it holds it from here."""
+        return self._held.get((key, owner))
+
+    def handed(self, key: str, owner: str, to: str, held: Held) -> None:
+        """``owner``'s hold on ``key`` went to ``to`` in place (see :mod:`.handover`)."""
+        self._held.pop((key, owner), None)
+        self._held[(key, to)] = held
+        self._seen.pop(lock_key(key), None)
 
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         return self.client.run(self.attempt(key, owner, ttl))
@@ -146,7 +158,7 @@ class EtcdBackend(Backend):
             return acquire_body(
                 key,
                 owner_id(owner),
-                self._value(owner, ttl, started),
+                self.record_value(owner, ttl, started),
                 lease.id,
                 queued_at=waiter.queued_at if waiter is not None else None,
                 queue_lease=queue_lease,
@@ -174,7 +186,7 @@ class EtcdBackend(Backend):
             waiter.join_in_flight = False
         revision = int(answer["header"]["revision"])
         if answer.get("succeeded"):
-            self._held[(key, owner)] = Held(lease, ttl, started)
+            self._held[(key, owner)] = Held(lease, ttl, started, mod=revision, fence=revision)
             self._seen.pop(lkey, None)
             return Grant(True, revision), None
         ranges = [r.get("response_range", {}) for r in answer.get("responses", [])]
@@ -194,7 +206,14 @@ class EtcdBackend(Backend):
         if record.owner == owner_id(owner):
             # Ours already: a retried request whose answer was lost. Renew it, under the
             # lease it has, and keep the token it got.
-            held = Held(LeaseRef(record.lease, 0, sent), ttl, record.started)
+            held = Held(
+                LeaseRef(record.lease, 0, sent),
+                ttl,
+                record.started,
+                token=record.token,
+                mod=record.mod_revision,
+                fence=record.fence,
+            )
             self._held[(key, owner)] = held
             if waiter is not None and waiter.queued_at is not None:
                 yield Call("kv/deleterange", {"key": b64(mine)}, f"leave {key!r}'s queue")
@@ -242,9 +261,8 @@ class EtcdBackend(Backend):
         self, key: str, owner: str, held: Held, ttl: float, lease_id: int
     ) -> Steps[int | None]:
         """Rewrite the record of a lock we hold (its ttl, a new revision for observers) if it
-        is still under ``lease_id``, and return its token; None if it is not ours any more.
-        The record moves to a new lease when ``ttl`` outgrew the one it has."""
-        lkey = lock_key(key)
+        is still ours under ``lease_id``, and return its token; None if it is not ours any
+        more. The record moves to a new lease when ``ttl`` outgrew the one it has."""
         lease = held.lease
         if lease.ttl == 0 and not (yield from self.leases.keep_alive(lease)):
             self._held.pop((key, owner), None)  # a lease we did not grant, and gone
@@ -252,30 +270,27 @@ class EtcdBackend(Backend):
         moved = None
         if lease.ttl < ttl + 2 * LEASE_MARGIN:
             moved = yield from self.leases.grant(ttl)
-        answer = yield Call(
-            "kv/txn",
-            {
-                "compare": [
-                    {"key": b64(lkey), "target": "LEASE", "result": "EQUAL", "lease": lease_id}
-                ],
-                "success": [
-                    {
-                        "request_put": {
-                            "key": b64(lkey),
-                            "value": self._value(owner, ttl, held.started),
-                            "lease": (moved or lease).id,
-                        }
-                    },
-                    {"request_range": {"key": b64(lkey)}},
-                ],
-            },
-            f"extend {key!r}",
-        )
+        answer: dict[str, Any] = {}
+        for _ in range(3):
+            answer = yield Call(
+                "kv/txn",
+                renew_body(
+                    key,
+                    held,
+                    lease_id,
+                    self.record_value(owner, ttl, held.started, held.token),
+                    (moved or lease).id,
+                ),
+                f"extend {key!r}",
+            )
+            if answer.get("succeeded") or not still_ours(answer, owner_id(owner), held, lease_id):
+                break
         if not answer.get("succeeded"):
             if moved is not None:
                 yield from self.leases.revoke(moved.id)
             self._held.pop((key, owner), None)
             return None
+        held.mod = int(answer["header"]["revision"])
         if moved is not None:
             yield from self.leases.revoke(lease_id)
             held.lease = moved
@@ -283,8 +298,9 @@ class EtcdBackend(Backend):
         if not (yield from self.leases.fit(held.lease, ttl)):
             self._held.pop((key, owner), None)
             return None
-        kvs = answer["responses"][1].get("response_range", {}).get("kvs") or [{}]
-        return int(kvs[0].get("create_revision", 0)) or None
+        kvs = answer["responses"][1].get("response_range", {}).get("kvs")
+        held.fence = Record.parse(kvs[0]).fence if kvs else None
+        return held.fence
 
     def _read(self, key: str) -> Steps[Record | None]:
         answer = yield Call("kv/range", {"key": b64(lock_key(key))}, f"read the lock {key!r}")
@@ -300,7 +316,14 @@ class EtcdBackend(Backend):
         record = yield from self._read(key)
         if record is None or record.owner != owner_id(owner):
             return None
-        held = Held(LeaseRef(record.lease, 0, 0.0), record.ttl, record.started)
+        held = Held(
+            LeaseRef(record.lease, 0, 0.0),
+            record.ttl,
+            record.started,
+            token=record.token,
+            mod=record.mod_revision,
+            fence=record.fence,
+        )
         return held, record.lease
 
     def release(self, key: str, owner: str) -> bool:
@@ -348,7 +371,7 @@ class EtcdBackend(Backend):
     def aio(self) -> EtcdOps:
         """The same plans of requests over asyncio streams of the running loop (one pool of
         connections per loop, made on first use); watches read on the loop."""
-        from .aio import EtcdOps
+        from .line import EtcdOps
 
         return self._aio.get(lambda: EtcdOps(self))
 

@@ -1,0 +1,90 @@
+"""Many asyncio waiters of one process on one etcd:// key: every one gets the lock in turn,
+in the order they asked, with no error, and each hand-over costs about one gRPC message (the
+member's own ``/metrics``). Before, 1,000 waiters each watched and polled the store and
+overloaded the member (``waiting for the applied index took too long``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from async_support import leftovers
+
+from lockkit_core import LockKit
+from lockkit_core.testing.etcd import EtcdServer, grpc_messages
+
+pytestmark = pytest.mark.etcd
+
+
+@pytest.fixture
+def kit(etcd_server: EtcdServer) -> Iterator[LockKit]:
+    url = etcd_server.url + "?socket_timeout=5"
+    with LockKit(url, namespace=f"aw-{uuid.uuid4().hex[:8]}", ttl=10.0) as kit:
+        yield kit
+
+
+async def _queue_and_drain(
+    kit: LockKit, waiters: int, before_release: float, on_queued: Callable[[], object] = list
+) -> list[int]:
+    """Hold the key, start ``waiters`` tasks on it, call ``on_queued()`` and release after
+    ``before_release`` s; return the order (task numbers) in which they held it. Two holders
+    at once fail it, and so do tokens that do not rise."""
+    holder = kit.lock("hot")
+    assert await holder.aacquire()
+    order: list[int] = []
+    tokens: list[int] = []
+    inside = 0
+    started = 0
+
+    async def waiter(i: int) -> None:
+        nonlocal inside, started
+        lock = kit.lock("hot", fair=True)
+        started += 1
+        assert await lock.aacquire(timeout=60), f"waiter {i} timed out"
+        assert inside == 0, "two holders at once"
+        inside += 1
+        order.append(i)
+        assert lock.token is not None
+        tokens.append(lock.token)
+        await asyncio.sleep(0)  # let anyone else who could wrongly get in run
+        inside -= 1
+        await lock.arelease()
+
+    tasks = []
+    for i in range(waiters):
+        tasks.append(asyncio.create_task(waiter(i)))
+        await asyncio.sleep(0)  # in arrival order: each asks before the next is made
+    while started < waiters:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(before_release)
+    on_queued()
+    await holder.arelease()
+    await asyncio.wait_for(asyncio.gather(*tasks), 90)
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens), "tokens must rise"
+    return order
+
+
+def test_a_thousand_asyncio_waiters_on_one_key_all_get_it_in_turn(kit: LockKit) -> None:
+    started = time.monotonic()
+    order = asyncio.run(_queue_and_drain(kit, 1000, 0.5))
+    assert sorted(order) == list(range(1000))
+    assert leftovers(kit, "hot") == []
+    assert time.monotonic() - started < 60
+
+
+def test_a_hand_over_between_asyncio_waiters_is_one_store_request(
+    kit: LockKit, etcd_server: EtcdServer
+) -> None:
+    waiters = 40
+    port = etcd_server.port()
+
+    before: dict[str, int] = {}
+    order = asyncio.run(
+        _queue_and_drain(kit, waiters, 0.5, lambda: before.update(grpc_messages(port)))
+    )
+    sent = sum(grpc_messages(port).values()) - sum(before.values())
+    assert sent / waiters <= 1.5, f"{sent} gRPC messages for {waiters} hand-overs"
+    assert order == list(range(waiters)), "served in the order they asked"
