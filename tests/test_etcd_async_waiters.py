@@ -14,6 +14,9 @@ import pytest
 from async_support import leftovers
 
 from lockkit_core import LockKit
+from lockkit_core.backends.base import Grant
+from lockkit_core.backends.etcd import EtcdBackend
+from lockkit_core.backends.etcd.client import Call
 from lockkit_core.testing.etcd import EtcdServer, grpc_messages
 
 pytestmark = pytest.mark.etcd
@@ -88,3 +91,83 @@ def test_a_hand_over_between_asyncio_waiters_is_one_store_request(
     sent = sum(grpc_messages(port).values()) - sum(before.values())
     assert sent / waiters <= 1.5, f"{sent} gRPC messages for {waiters} hand-overs"
     assert order == list(range(waiters)), "served in the order they asked"
+
+
+def test_a_renewal_of_the_last_holder_on_its_way_cannot_take_a_handed_lock_back(
+    kit: LockKit,
+) -> None:
+    """The record stays under the same lease when it is handed over in place: a renewal of
+    the previous holder that read its hold before the hand-over and writes after it must
+    fail (it compares the record's revision), not rewrite the record for its old owner."""
+    backend = kit.backend
+    assert isinstance(backend, EtcdBackend)
+
+    async def main() -> None:
+        holder = kit.lock("renewed", auto_renew=False)
+        assert await holder.aacquire()
+        owner = holder.owner
+        assert owner is not None
+        waiter = kit.lock("renewed", auto_renew=False)
+        waiting = asyncio.create_task(waiter.aacquire(timeout=10))
+        lines = backend.aio().lines
+
+        def queued_first() -> bool:
+            line = lines.get(holder.full_key)
+            return line is not None and line.places[0].waiter.first() is not None
+
+        while not queued_first():
+            await asyncio.sleep(0.01)  # queued first in etcd, waiting for our release
+        # The holder's renewal, up to the write it is about to send.
+        renewal = backend.adopting(holder.full_key, owner, 10.0)
+        step = next(renewal)
+        while not (isinstance(step, Call) and step.path == "kv/txn"):
+            step = renewal.send(backend.client.perform(step))
+        await holder.arelease()
+        assert await waiting, "the release handed the lock over"
+        with pytest.raises(StopIteration) as renewed:
+            renewal.send(backend.client.perform(step))
+        assert renewed.value.value == Grant(False), "the old holder's renewal took it back"
+        info = kit.admin.info("renewed")
+        assert info is not None and info.owner_hint == waiter.owner_hint
+        assert info.token == waiter.token
+        await waiter.arelease()
+
+    asyncio.run(main())
+
+
+def test_a_waiter_of_another_process_queued_first_goes_before_this_loops_line(
+    kit: LockKit, etcd_server: EtcdServer
+) -> None:
+    """A release here hands the lock to this loop's first waiter only if it is first in
+    etcd's queue: a waiter of another kit (its own line, as another process would have)
+    that queued before it is served first."""
+    with LockKit(etcd_server.url, namespace=kit.namespace, ttl=10.0) as other:
+
+        async def queued(on: LockKit, full_key: str) -> None:
+            ops = on.backend.aio()
+            while True:
+                line = ops.lines.get(full_key)  # type: ignore[attr-defined]
+                if line is not None and line.places[0].waiter.queued_at is not None:
+                    return
+                await asyncio.sleep(0.01)
+
+        async def main() -> list[str]:
+            order: list[str] = []
+
+            async def take(on: LockKit, name: str) -> None:
+                lock = on.lock("shared", fair=True)
+                assert await lock.aacquire(timeout=10)
+                order.append(name)
+                await lock.arelease()
+
+            holder = kit.lock("shared")
+            assert await holder.aacquire()
+            first = asyncio.create_task(take(other, "other kit"))
+            await queued(other, holder.full_key)
+            second = asyncio.create_task(take(kit, "this kit"))
+            await queued(kit, holder.full_key)
+            await holder.arelease()
+            await asyncio.wait_for(asyncio.gather(first, second), 20)
+            return order
+
+        assert asyncio.run(main()) == ["other kit", "this kit"]

@@ -92,7 +92,7 @@ class EtcdOps(AsyncOps):
     """The lock operations of one :class:`EtcdBackend` on one event loop."""
 
     def __init__(self, backend: EtcdBackend) -> None:
-        self._backend = backend
+        self.backend = backend
         self.gateway = AsyncGateway(backend.client)
         self.lines: dict[str, Line] = {}
         #: the owner holding each key through this loop (a release here wakes its line)
@@ -115,7 +115,7 @@ class EtcdOps(AsyncOps):
             place.wake.clear()  # this look at the store is the one a release asks for
             place.busy = True
         try:
-            grant = await self.gateway.run(self._backend.attempt(key, owner, ttl))
+            grant = await self.gateway.run(self.backend.attempt(key, owner, ttl))
         finally:
             if place is not None:
                 place.busy = False
@@ -143,7 +143,7 @@ class EtcdOps(AsyncOps):
         front = line.front() if line is not None else None
         if line is not None and front is not None and await self._hand_over(key, owner, line):
             return True
-        released = await self.gateway.run(self._backend.releasing(key, owner))
+        released = await self.gateway.run(self.backend.releasing(key, owner))
         if front is not None:
             front.wake.set()  # the key is free: look now, not at the end of a slice
         return released
@@ -174,7 +174,7 @@ class EtcdOps(AsyncOps):
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         line.handing = done
         try:
-            steps = handing_over(self._backend, key, owner, front.waiter, front.ttl, after)
+            steps = handing_over(self.backend, key, owner, front.waiter, front.ttl, after)
             grant = await self.gateway.run(steps)
         except BackendError:
             grant = None  # done or not, the usual release frees the key
@@ -194,11 +194,11 @@ class EtcdOps(AsyncOps):
         return (await self.adopt(key, owner, ttl)).acquired
 
     async def adopt(self, key: str, owner: str, ttl: float) -> Grant:
-        return await self.gateway.run(self._backend.adopting(key, owner, ttl))
+        return await self.gateway.run(self.backend.adopting(key, owner, ttl))
 
     async def waiter(self, key: str, owner: str, fair: bool) -> AsyncWaiter:
-        made = EtcdWaiter(self._backend, key, owner)
-        self._backend.queue.register(key, owner, made)
+        made = EtcdWaiter(self.backend, key, owner)
+        self.backend.queue.register(key, owner, made)
         line = self.lines.get(key)
         if line is None:
             line = self.lines[key] = Line()
@@ -221,7 +221,10 @@ class LineWaiter(AsyncWaiter):
         """Our queue lease if we may wait on the loop: at the front, first in etcd's queue,
         and the key held through this loop, whose release hands it to us or wakes us."""
         place = self._place
-        if not place.turn.done() or place.waiter.key not in self._ops.holders:
+        key = place.waiter.key
+        holder = self._ops.holders.get(key)
+        # (a hold released through the blocking API is gone from the backend's holds)
+        if not place.turn.done() or holder is None or self._ops.backend.held(key, holder) is None:
             return None
         return place.waiter.first()
 
@@ -235,7 +238,7 @@ class LineWaiter(AsyncWaiter):
                 return await self._ops._handed(place)
             if self._parked_lease() is None:
                 return None  # at the front now: the next attempt asks the store
-        backend = self._ops._backend
+        backend = self._ops.backend
         lease_id = self._parked_lease()
         remaining = deadline - time.monotonic()
         if lease_id is not None:
