@@ -6,7 +6,8 @@ are sent here by :class:`AsyncGateway`: HTTP/1.1 to the JSON gateway on ``asynci
 (no dependency: the standard library's, as the blocking client's), with the blocking client's
 member order, time budget and reading of answers (:meth:`GatewayClient.answer`). A waiter's
 watch is a streaming request of its own, read on the loop (:class:`AsyncWatch`): no thread
-per waiter, and a cancelled waiter's connection is simply closed.
+per waiter, and a cancelled waiter's connection is simply closed. The lock operations of a
+loop, and the line its waiters of one key stand in, are in :mod:`.line`.
 """
 
 from __future__ import annotations

@@ -37,7 +37,11 @@ from .backend import EtcdBackend
 from .handover import handing_over
 from .waiter import WAIT_SLICE, EtcdWaiter
 
-__all__ = ["EtcdOps", "Line", "LineWaiter", "Place"]
+__all__ = ["TURN_WAIT", "EtcdOps", "Line", "LineWaiter", "Place"]
+
+#: the longest a waiter behind the front waits for its turn before it looks again (on the
+#: loop, sending nothing): reaching the front, or a hand-over, wakes it at once
+TURN_WAIT = 60.0
 
 
 class Place:
@@ -110,8 +114,8 @@ class EtcdOps(AsyncOps):
             if handed is not None:
                 return handed
             if not place.turn.done():
-                # Someone here asked first and goes first; our turn wakes us before this.
-                return Grant(False, retry_after=WAIT_SLICE)
+                # Someone here asked first and goes first: reaching the front wakes us.
+                return Grant(False, retry_after=TURN_WAIT)
             place.wake.clear()  # this look at the store is the one a release asks for
             place.busy = True
         try:
@@ -217,16 +221,19 @@ class LineWaiter(AsyncWaiter):
         self._place = place
         self._closed = False
 
-    def _parked_lease(self) -> int | None:
-        """Our queue lease if we may wait on the loop: at the front, first in etcd's queue,
-        and the key held through this loop, whose release hands it to us or wakes us."""
+    def _may_park(self) -> bool:
+        """Whether we may wait on the loop rather than watch: at the front, the key held
+        through this loop (whose release hands it to us, or wakes us), and first in etcd's
+        queue or not in it (then the next look at the store, a slice later, queues us)."""
         place = self._place
         key = place.waiter.key
         holder = self._ops.holders.get(key)
         # (a hold released through the blocking API is gone from the backend's holds)
         if not place.turn.done() or holder is None or self._ops.backend.held(key, holder) is None:
-            return None
-        return place.waiter.first()
+            return False
+        waiter = place.waiter
+        unqueued = waiter.queued_at is None and not waiter.join_in_flight
+        return unqueued or waiter.first() is not None
 
     async def wait(self, timeout: float) -> Grant | None:
         place = self._place
@@ -236,23 +243,24 @@ class LineWaiter(AsyncWaiter):
             await wait_at_most(asyncio.shield(place.turn), timeout)
             if place.granted is not None or not place.turn.done():
                 return await self._ops._handed(place)
-            if self._parked_lease() is None:
+            if not self._may_park():
                 return None  # at the front now: the next attempt asks the store
-        backend = self._ops.backend
-        lease_id = self._parked_lease()
-        remaining = deadline - time.monotonic()
-        if lease_id is not None:
+        if self._may_park():
+            lease_id = place.waiter.first()
             # Our queue entry must outlive the wait: renew the shared lease when it is due.
-            if not await self._ops.gateway.run(backend.queue.alive(lease_id)):
+            queue = self._ops.backend.queue
+            if lease_id is not None and not await self._ops.gateway.run(queue.alive(lease_id)):
                 place.waiter.queued_at = None
                 return None
+            remaining = deadline - time.monotonic()
             if not place.wake.is_set() and remaining > 0:
                 await wait_at_most(place.wake.wait(), min(remaining, WAIT_SLICE))
             place.wake.clear()
             return await self._ops._handed(place)
         place.busy = True
         try:
-            handed = await self._ops.gateway.run(place.waiter.waiting(max(0.0, remaining)))
+            remaining = max(0.0, deadline - time.monotonic())
+            handed = await self._ops.gateway.run(place.waiter.waiting(remaining))
         finally:
             place.busy = False
         return handed or await self._ops._handed(place)
