@@ -67,6 +67,10 @@ async def _queue_and_drain(
     await holder.arelease()
     await asyncio.wait_for(asyncio.gather(*tasks), 90)
     assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens), "tokens must rise"
+    fresh = kit.lock("hot")  # the key is free: a new record, with a higher token still
+    assert await fresh.aacquire(blocking=False)
+    assert fresh.token is not None and fresh.token > tokens[-1]
+    await fresh.arelease()
     return order
 
 
