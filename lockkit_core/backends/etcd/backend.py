@@ -23,9 +23,10 @@ from .layout import (
     lock_key,
     queue_entry,
 )
-from .leases import LEASE_MARGIN, Leases
+from .leases import Leases
 from .queue import WaitQueue
-from .txn import acquire_body, renew_body, still_ours, take_over_body
+from .renew import renewing
+from .txn import acquire_body, take_over_body
 from .waiter import WAIT_SLICE, EtcdWaiter
 
 if TYPE_CHECKING:
@@ -89,6 +90,10 @@ class EtcdBackend(Backend):
     def held(self, key: str, owner: str) -> Held | None:
         """What we know of ``owner``'s hold on ``key``, if it holds it from here."""
         return self._held.get((key, owner))
+
+    def forget(self, key: str, owner: str) -> None:
+        """``owner`` no longer holds ``key`` (its renewal found it gone)."""
+        self._held.pop((key, owner), None)
 
     def handed(self, key: str, owner: str, to: str, held: Held) -> None:
         """``owner``'s hold on ``key`` went to ``to`` in place (see :mod:`.handover`)."""
@@ -222,7 +227,7 @@ class EtcdBackend(Backend):
                 yield from self.leases.revoke(lease.id)
                 if waiter is not None:
                     waiter.lease = held.lease
-            token = yield from self._renew(key, owner, held, ttl, record.lease)
+            token = yield from renewing(self, key, owner, held, ttl, record.lease)
             return Grant(token is not None, token), None
         return None, record
 
@@ -256,51 +261,6 @@ class EtcdBackend(Backend):
         log.info("took %r over from a holder that let its %g s ttl pass", key, record.ttl)
         yield from self.leases.revoke(record.lease)
         return True
-
-    def _renew(
-        self, key: str, owner: str, held: Held, ttl: float, lease_id: int
-    ) -> Steps[int | None]:
-        """Rewrite the record of a lock we hold (its ttl, a new revision for observers) if it
-        is still ours under ``lease_id``, and return its token; None if it is not ours any
-        more. The record moves to a new lease when ``ttl`` outgrew the one it has."""
-        lease = held.lease
-        if lease.ttl == 0 and not (yield from self.leases.keep_alive(lease)):
-            self._held.pop((key, owner), None)  # a lease we did not grant, and gone
-            return None
-        moved = None
-        if lease.ttl < ttl + 2 * LEASE_MARGIN:
-            moved = yield from self.leases.grant(ttl)
-        answer: dict[str, Any] = {}
-        for _ in range(3):
-            answer = yield Call(
-                "kv/txn",
-                renew_body(
-                    key,
-                    held,
-                    lease_id,
-                    self.record_value(owner, ttl, held.started, held.token),
-                    (moved or lease).id,
-                ),
-                f"extend {key!r}",
-            )
-            if answer.get("succeeded") or not still_ours(answer, owner_id(owner), held, lease_id):
-                break
-        if not answer.get("succeeded"):
-            if moved is not None:
-                yield from self.leases.revoke(moved.id)
-            self._held.pop((key, owner), None)
-            return None
-        held.mod = int(answer["header"]["revision"])
-        if moved is not None:
-            yield from self.leases.revoke(lease_id)
-            held.lease = moved
-        held.ttl = ttl
-        if not (yield from self.leases.fit(held.lease, ttl)):
-            self._held.pop((key, owner), None)
-            return None
-        kvs = answer["responses"][1].get("response_range", {}).get("kvs")
-        held.fence = Record.parse(kvs[0]).fence if kvs else None
-        return held.fence
 
     def _read(self, key: str) -> Steps[Record | None]:
         answer = yield Call("kv/range", {"key": b64(lock_key(key))}, f"read the lock {key!r}")
@@ -359,7 +319,7 @@ class EtcdBackend(Backend):
             return Grant(False)
         held, lease_id = found
         self._held[(key, owner)] = held
-        token = yield from self._renew(key, owner, held, ttl, lease_id)
+        token = yield from renewing(self, key, owner, held, ttl, lease_id)
         return Grant(False) if token is None else Grant(True, token)
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:

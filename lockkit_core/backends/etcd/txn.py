@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from .client import b64
-from .layout import Held, Record, lock_key, prefix_end, queue_entry, queue_prefix
+from .layout import lock_key, prefix_end, queue_entry, queue_prefix
 
-__all__ = ["acquire_body", "renew_body", "still_ours", "take_over_body"]
+__all__ = ["acquire_body", "take_over_body"]
 
 
 def acquire_body(
@@ -92,39 +92,3 @@ def take_over_body(lkey: str, mod_revision: int) -> dict[str, Any]:
         ],
         "success": [{"request_delete_range": {"key": b64(lkey)}}],
     }
-
-
-def renew_body(key: str, held: Held, lease_id: int, value: str, new_lease: int) -> dict[str, Any]:
-    """The ``kv/txn`` body that rewrites our record at ``key`` (under ``new_lease``) if it is
-    still under ``lease_id`` and, when ``held`` knows it, still at the revision of our last
-    write: after a hand-over in place the next holder's record is under the same lease, and
-    a renewal of the previous holder still on its way must not take it back. When it fails,
-    its response is the record, to tell another renewal of ours from a loss."""
-    lkey = b64(lock_key(key))
-    compare: list[dict[str, Any]] = [
-        {"key": lkey, "target": "LEASE", "result": "EQUAL", "lease": lease_id}
-    ]
-    if held.mod:
-        compare.append({"key": lkey, "target": "MOD", "result": "EQUAL", "mod_revision": held.mod})
-    return {
-        "compare": compare,
-        "success": [
-            {"request_put": {"key": lkey, "value": value, "lease": new_lease}},
-            {"request_range": {"key": lkey}},
-        ],
-        "failure": [{"request_range": {"key": lkey}}],
-    }
-
-
-def still_ours(answer: dict[str, Any], owner_id: str, held: Held, lease_id: int) -> bool:
-    """After a renewal's compare failed: True if the record it read is still ``owner_id``'s
-    under ``lease_id`` (another renewal of ours changed its revision meanwhile), and ``held``
-    now knows its revision; False if it went to someone else or is gone."""
-    kvs = answer["responses"][0].get("response_range", {}).get("kvs")
-    if not kvs:
-        return False
-    record = Record.parse(kvs[0])
-    if record.owner != owner_id or record.lease != lease_id:
-        return False
-    held.mod, held.token = record.mod_revision, record.token
-    return True
