@@ -175,3 +175,33 @@ def test_a_waiter_of_another_process_queued_first_goes_before_this_loops_line(
             return order
 
         assert asyncio.run(main()) == ["other kit", "this kit"]
+
+
+@pytest.mark.parametrize("waiter_ttl", [1.0, 20.0])
+def test_a_lock_handed_over_keeps_the_waiters_own_ttl(kit: LockKit, waiter_ttl: float) -> None:
+    """A hand-over in place puts the waiter's ttl in the record; a waiter whose ttl the
+    holder's lease cannot cover (20 s after 3 s) gets the lock by the usual release."""
+
+    async def main() -> None:
+        holder = kit.lock("ttl", ttl=3.0)
+        assert await holder.aacquire()
+        waiter = kit.lock("ttl", ttl=waiter_ttl)
+        waiting = asyncio.create_task(waiter.aacquire(timeout=10))
+        while holder.full_key not in kit.backend.aio().lines:  # type: ignore[attr-defined]
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # its first attempt is made: its ttl is known
+        token = holder.token
+        assert token is not None
+        await holder.arelease()
+        assert await waiting
+        # A record handed over in place carries the holder's token plus one; a new one gets
+        # a later create revision (the revoke that deleted the old record is a write too).
+        assert (waiter.token == token + 1) == (waiter_ttl == 1.0)
+        info = kit.admin.info("ttl")
+        assert info is not None and info.owner_hint == waiter.owner_hint
+        assert info.ttl_remaining is not None
+        assert waiter_ttl - 1.5 < info.ttl_remaining <= waiter_ttl
+        await waiter.arelease()
+        assert leftovers(kit, "ttl") == []
+
+    asyncio.run(main())
