@@ -187,9 +187,9 @@ def test_a_lock_handed_over_keeps_the_waiters_own_ttl(kit: LockKit, waiter_ttl: 
         assert await holder.aacquire()
         waiter = kit.lock("ttl", ttl=waiter_ttl)
         waiting = asyncio.create_task(waiter.aacquire(timeout=10))
-        while holder.full_key not in kit.backend.aio().lines:  # type: ignore[attr-defined]
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.2)  # its first attempt is made: its ttl is known
+        lines = kit.backend.aio().lines  # type: ignore[attr-defined]
+        while holder.full_key not in lines or lines[holder.full_key].places[0].ttl is None:
+            await asyncio.sleep(0.01)  # until its first attempt is made: its ttl is known
         token = holder.token
         assert token is not None
         await holder.arelease()
