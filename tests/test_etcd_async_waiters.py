@@ -188,8 +188,13 @@ def test_a_lock_handed_over_keeps_the_waiters_own_ttl(kit: LockKit, waiter_ttl: 
         waiter = kit.lock("ttl", ttl=waiter_ttl)
         waiting = asyncio.create_task(waiter.aacquire(timeout=10))
         lines = kit.backend.aio().lines  # type: ignore[attr-defined]
-        while holder.full_key not in lines or lines[holder.full_key].places[0].ttl is None:
-            await asyncio.sleep(0.01)  # until its first attempt is made: its ttl is known
+
+        def waits() -> bool:  # its first attempt was answered: it waits for our release
+            line = lines.get(holder.full_key)
+            return line is not None and line.places[0].ttl is not None and not line.places[0].busy
+
+        while not waits():
+            await asyncio.sleep(0.01)
         token = holder.token
         assert token is not None
         await holder.arelease()
