@@ -62,6 +62,8 @@ async def _queue_and_drain(
         await asyncio.sleep(0)  # in arrival order: each asks before the next is made
     while started < waiters:
         await asyncio.sleep(0.01)
+    # Time for the waiters' first attempts to be answered (the store's queue to settle),
+    # however the backend queues them: the release below must find them all waiting.
     await asyncio.sleep(before_release)
     on_queued()
     await holder.arelease()
