@@ -86,7 +86,8 @@ def _round(task: Any, start: int, count: int) -> float:
 
 def _count(server: RedisServer) -> None:
     """Print every command each contender sends the store for one fresh call (enqueue and
-    run, in eager mode: the same lock code as a worker), from redis MONITOR."""
+    run, in eager mode: the same lock code as a worker), from redis MONITOR, and how many
+    commands its scripts ran inside the server."""
     from .redis_monitor import CommandCounter
 
     contenders = _contenders(server.url)
@@ -97,7 +98,7 @@ def _count(server: RedisServer) -> None:
         task.delay(-1)  # scripts loaded, connections open
         with CommandCounter(server.port) as seen:
             task.delay(-2)
-        print(f"{name}: {seen.total} round trips")
+        print(f"{name}: {seen.total} round trips, {len(seen.scripted)} commands inside scripts")
         for line in seen.lines:
             print(f"    {line[:160]}")
 
