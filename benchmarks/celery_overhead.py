@@ -124,9 +124,9 @@ def _worker_rounds(server: RedisServer, tasks: int, rounds: int, pinning: str) -
     base = server.url.rsplit("/", 1)[0]
     os.environ["BENCH_REDIS"] = base
     here = Path(__file__).resolve().parent
-    sys.path.insert(0, str(here))
-    import celery_worker_app as bench
     import redis
+
+    from . import celery_worker_app as bench
 
     (pin,) = choose_pinnings((pinning,))
     assert server.pid is not None
@@ -146,7 +146,9 @@ def _worker_rounds(server: RedisServer, tasks: int, rounds: int, pinning: str) -
     names = list(bench.TASKS)
     wall: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
-    parts = {part: {name: [] for name in names} for part in _PARTS}
+    parts: dict[str, dict[str, list[float]]] = {
+        part: {name: [] for name in names} for part in _PARTS
+    }
     commands: dict[str, dict[str, tuple[float, float]]] = {}
     try:
         for i in range(rounds + 1):  # the first round warms the worker up
