@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import lease
 from .backends.base import Grant
@@ -34,14 +35,15 @@ __all__ = [
     "Register",
     "Step",
     "Wait",
+    "at_once",
     "dead_on_arrival_error",
     "plan",
 ]
 
 
-@dataclass(frozen=True)
-class Acquired:
-    """A grant worth keeping: its fencing token and the monotonic time its lease ends."""
+class Acquired(NamedTuple):
+    """A grant worth keeping: its fencing token and the monotonic time its lease ends.
+    (A named tuple: made on every acquisition, and a frozen dataclass costs four times more.)"""
 
     token: int | None
     valid_until: float
@@ -73,6 +75,20 @@ Step = Attempt | Register | Wait | GiveBack
 Plan = Generator[Step, Grant | None, Acquired | None]
 
 
+def at_once(grant: Grant, sent: float, now: float, ttl: float | None) -> Acquired | None:
+    """What the first attempt (sent at ``sent``, answered by ``now``) is worth when it needs
+    no further step: a fresh grant whose lease is still valid. None: :func:`plan` decides.
+
+    The uncontended acquisition ends here, so the drivers make that attempt themselves and
+    start the plan (with ``first=``) only when this says None: the common case then costs
+    no generator. It is the plan's own first decision, not a second copy of it."""
+    if grant.acquired and grant.since is None:
+        valid_until = sent + lease.validity(ttl)
+        if now < valid_until:
+            return Acquired(grant.token, valid_until)
+    return None
+
+
 def plan(
     key: str,
     ttl: float | None,
@@ -80,6 +96,7 @@ def plan(
     blocking: bool,
     timeout: float | None,
     queue_first: bool,
+    first: tuple[float, Grant] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Plan:
     """The decisions of one acquisition of ``key``; None only if someone else held it until
@@ -91,18 +108,25 @@ def plan(
     up to :data:`~lockkit_core.lease.MAX_DEAD_ON_ARRIVAL` of them in one call (or when the caller's
     time is up) :class:`BackendUnavailable` names the round trip and the ttl, rather than
     spinning. ``queue_first``: register before the first attempt (``Backend.queue_first``).
+    ``first``: the ``(sent, grant)`` of a first attempt the driver already made (see
+    :func:`at_once`); the timeout then counts from when it was sent.
     """
-    deadline = None if timeout is None else clock() + timeout
+    deadline = None if timeout is None else (clock() if first is None else first[0]) + timeout
     registered = False
     dead_on_arrival = 0
     slowest = 0.0
-    if blocking and queue_first:
+    if blocking and queue_first and first is None:
         yield REGISTER
         registered = True
     while True:
-        sent = clock()
-        grant = yield ATTEMPT
-        assert grant is not None  # an attempt always answers
+        if first is not None:
+            sent, grant = first
+            first = None
+        else:
+            sent = clock()
+            answer = yield ATTEMPT
+            assert answer is not None  # an attempt always answers
+            grant = answer
         while True:
             now = clock()
             if grant.acquired:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator
 
 from . import lease
-from .acquire import ATTEMPT, REGISTER, Acquired, Step, Wait, plan
+from .acquire import ATTEMPT, REGISTER, Acquired, Step, Wait, at_once, plan
 from .backends.aio import AsyncOps, AsyncWaiter
 from .backends.base import Backend, Grant, Waiter
 from .errors import BackendError, BackendUnavailable
@@ -38,6 +39,16 @@ def acquire(
 ) -> Acquired | None:
     """Take ``full_key`` for ``owner``, blocking; None only if it stayed busy until ``timeout``
     (see :func:`~lockkit_core.acquire.plan`)."""
+    first = None
+    queue_first = blocking and backend.queue_first()
+    if not queue_first:
+        # The first attempt, made here: most acquisitions end with it (see at_once).
+        sent = time.monotonic()
+        grant = backend.try_acquire(full_key, owner, lease.on_store(ttl))
+        got = at_once(grant, sent, time.monotonic(), ttl)
+        if got is not None:
+            return got
+        first = sent, grant
     waiter: Waiter | None = None
     acquired = False
     reachable = True
@@ -55,8 +66,7 @@ def acquire(
             give_back(backend.release, full_key, owner)
         return None
 
-    queue_first = blocking and backend.queue_first()
-    steps = plan(key, ttl, blocking=blocking, timeout=timeout, queue_first=queue_first)
+    steps = plan(key, ttl, blocking=blocking, timeout=timeout, queue_first=queue_first, first=first)
     try:
         got = run(steps, do)
         acquired = got is not None
@@ -87,6 +97,32 @@ async def aacquire(
     been made while it was being cancelled is given back.
     """
     ops = backend.aio()
+
+    async def attempt() -> Grant:
+        try:
+            grant = await ops.try_acquire(full_key, owner, lease.on_store(ttl))
+        except asyncio.CancelledError:
+            # The store may have granted it (or queued us) before we stopped listening.
+            await _finish(_abandon(ops, full_key, owner))
+            raise
+        except BackendError:
+            if not _cancel_swallowed():
+                raise
+            grant = Grant(False)
+        if _cancel_swallowed():
+            await _finish(_abandon(ops, full_key, owner))
+            raise asyncio.CancelledError
+        return grant
+
+    first = None
+    queue_first = blocking and backend.queue_first()
+    if not queue_first:
+        sent = time.monotonic()  # the first attempt, made here as in acquire()
+        grant = await attempt()
+        got = at_once(grant, sent, time.monotonic(), ttl)
+        if got is not None:
+            return got
+        first = sent, grant
     waiter: AsyncWaiter | None = None
     acquired = False
     reachable = True
@@ -94,20 +130,7 @@ async def aacquire(
     async def do(step: Step) -> Grant | None:
         nonlocal waiter
         if step is ATTEMPT:
-            try:
-                grant = await ops.try_acquire(full_key, owner, lease.on_store(ttl))
-            except asyncio.CancelledError:
-                # The store may have granted it (or queued us) before we stopped listening.
-                await _finish(_abandon(ops, full_key, owner))
-                raise
-            except BackendError:
-                if not _cancel_swallowed():
-                    raise
-                grant = Grant(False)
-            if _cancel_swallowed():
-                await _finish(_abandon(ops, full_key, owner))
-                raise asyncio.CancelledError
-            return grant
+            return await attempt()
         if isinstance(step, Wait):
             assert waiter is not None
             handed = await waiter.wait(step.seconds)
@@ -120,8 +143,7 @@ async def aacquire(
             await agive_back(ops, full_key, owner)
         return None
 
-    queue_first = blocking and backend.queue_first()
-    steps = plan(key, ttl, blocking=blocking, timeout=timeout, queue_first=queue_first)
+    steps = plan(key, ttl, blocking=blocking, timeout=timeout, queue_first=queue_first, first=first)
     try:
         got = await arun(steps, do)
         acquired = got is not None

@@ -12,12 +12,12 @@ acquisition. The public API (blocking and asyncio) is :class:`~lockkit_core.lock
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from . import process
 from .errors import LockLost, LockNotOwned
 from .hold import Hold, inherited_message, lost_message
 from .keys import namespaced
@@ -70,12 +70,13 @@ class Handle:
         self.on_lost: list[OnLost] = list(on_lost)
         self._given_owner = owner
         self.labels = labels  # the attributes of its metrics (lockkit_core.observe)
-        # Reentrant: this thread's [hold, depth], in a thread-local so that it dies with its
-        # thread and a later thread reusing the ident starts empty; and the handle's asyncio
-        # acquisition's. Non-reentrant: the hold of the current acquisition, whichever thread
-        # or task took it (no thread-local: making one costs more than the rest of a handle).
-        if reentrant:
-            self._local = threading.local()
+        # Reentrant: each thread's [hold, depth], by thread object (never its ident: a later
+        # thread reusing the ident starts empty), and the handle's asyncio acquisition's. A
+        # thread's entry goes when it lets go of its outermost level, or once it has exited
+        # (see _took). Not a threading.local: making one costs half as much as the rest of a
+        # handle, and a handle is made per request. Non-reentrant: the hold of the current
+        # acquisition, whichever thread or task took it.
+        self._uses: dict[threading.Thread, list[Any]] = {}
         self._async_use: list[Any] | None = None
         self._hold: Hold | None = None
         self._last: Hold | None = None  # what other threads and callbacks see
@@ -83,28 +84,42 @@ class Handle:
     def _here(self) -> Hold | None:
         if not self.reentrant:
             return self._hold
-        use = self._use(False) or self._async_use
+        use = self._uses.get(threading.current_thread()) or self._async_use
         return use[0] if use is not None else None
 
     def _use(self, asynchronous: bool) -> list[Any] | None:
         """The ``[hold, depth]`` of this thread, or of the handle's asyncio acquisition."""
         if asynchronous:
             return self._async_use
-        use: list[Any] | None = getattr(self._local, "use", None)
-        return use
+        return self._uses.get(threading.current_thread())
 
     def _set_use(self, use: list[Any] | None, asynchronous: bool) -> None:
         if asynchronous:
             self._async_use = use
+        elif use is None:
+            self._uses.pop(threading.current_thread(), None)
         else:
-            self._local.use = use
+            self._thread_took(threading.current_thread(), use)
+
+    def _thread_took(self, thread: threading.Thread, use: list[Any]) -> None:
+        uses = self._uses
+        if uses:
+            # Another thread holds through this handle too (or exited holding: its hold
+            # leaked, and the watchdog tells): forget the uses of threads that are gone.
+            for gone in [other for other in uses if not other.is_alive()]:
+                del uses[gone]
+        uses[thread] = use
 
     def _view(self) -> Hold | None:
         return self._here() or self._last
 
     def _took(self, hold: Hold) -> None:
         if self.reentrant:
-            self._set_use([hold, 1], hold.task is not None)
+            thread = hold.thread
+            if thread is None:  # an asyncio acquisition
+                self._async_use = [hold, 1]
+            else:
+                self._thread_took(thread, [hold, 1])
         else:
             self._hold = hold
         self._last = hold
@@ -121,7 +136,7 @@ class Handle:
         with holds.mutex:
             if (
                 holds.get(self.full_key) is not hold
-                or hold.pid != os.getpid()
+                or hold.pid != process.pid()
                 or not hold.active
                 or (use is not None and use[0] is not hold)
                 or (self._given_owner is not None and self._given_owner != hold.owner)
@@ -143,7 +158,14 @@ class Handle:
         """Let go of one level: the hold to free on the store once the outermost level ends,
         the given owner token to release directly, or None while re-entered."""
         holds = self.kit.holds
-        hold = self._here()
+        reentrant = self.reentrant
+        hold: Hold | None
+        if reentrant:
+            thread = threading.current_thread()
+            use: list[Any] | None = self._uses.get(thread) or self._async_use
+            hold = None if use is None else use[0]
+        else:
+            hold = self._hold
         if hold is None:
             if self._given_owner is not None:
                 return self._given_owner
@@ -155,16 +177,23 @@ class Handle:
                 else "this handle does not hold it"
             )
             raise LockNotOwned(self.key, f"cannot release {self.key!r}: {how}")
-        if hold.pid != os.getpid():
+        if hold.pid != process.pid():
             raise LockNotOwned(self.key, inherited_message(self.key, hold))
         with holds.mutex:
-            if self.reentrant:
-                asynchronous = self._use(False) is None
-                use = self._use(asynchronous)
+            if reentrant:
+                # This thread's use, else the handle's asyncio one (read again under the
+                # mutex: another task may have let go of it meanwhile).
+                use = self._uses.get(thread)
+                asynchronous = use is None
+                if asynchronous:
+                    use = self._async_use
                 assert use is not None
                 use[1] -= 1
                 if use[1] == 0:
-                    self._set_use(None, asynchronous)
+                    if asynchronous:
+                        self._async_use = None
+                    else:
+                        del self._uses[thread]
             elif self._hold is hold:
                 self._hold = None
             else:  # another thread released it first
@@ -184,7 +213,7 @@ class Handle:
         hold = self._view()
         if hold is None:
             raise LockNotOwned(self.key, f"lock {self.key!r} is not held by this handle")
-        if hold.pid != os.getpid():
+        if hold.pid != process.pid():
             raise LockNotOwned(self.key, inherited_message(self.key, hold))
         if hold.is_lost():
             raise LockLost(self.key, lost_message(self.key, hold))

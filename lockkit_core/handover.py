@@ -4,11 +4,10 @@ a round trip of its own (hand-off to another process, a batched store operation'
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING, cast
 
-from . import lease
+from . import lease, process
 from .acquire import dead_on_arrival_error
 from .backends.base import Capability, Grant
 from .config import check_ttl
@@ -40,7 +39,7 @@ class HandOver(Handle):
             raise dead_on_arrival_error(self.key, self.ttl, now - sent, 1)
         hold = self.kit.holds.start(cast("Lock", self), owner, grant.token, valid_until)
         if self.reentrant:
-            self._local.use = [hold, 1]
+            self._set_use([hold, 1], False)
         else:
             self._hold = hold
         self._last = hold
@@ -52,7 +51,7 @@ class HandOver(Handle):
         reports a loss as :meth:`release` does. Raises :class:`LockNotOwned` if this handle
         does not hold the lock, or holds it re-entered."""
         hold = self._here()
-        if hold is None or hold.count != 1 or hold.pid != os.getpid():
+        if hold is None or hold.count != 1 or hold.pid != process.pid():
             raise LockNotOwned(self.key, f"cannot detach {self.key!r}: not held once here")
         was_lost = hold.is_lost()
         self._forget(hold)

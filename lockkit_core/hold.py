@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from . import lease, observe
+from . import lease, observe, process
 from .backends.base import Backend, owner_hint
 from .errors import LockLost
 
@@ -91,7 +90,7 @@ class Hold:
         # its ident: idents are reused by later threads), the task of an asyncio one.
         self.task = task if lock.reentrant else None
         self.thread = threading.current_thread() if lock.reentrant and task is None else None
-        self.pid = os.getpid()
+        self.pid = process.pid()
         self.lost_reason: str | None = None
         self.active = True
         # For the hold duration metric: from the grant (as seen here) to release or loss.

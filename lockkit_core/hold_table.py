@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import warnings
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from . import process
 from .backends.base import Backend
 from .hold import Hold
 from .watchdog import watch
@@ -62,7 +62,8 @@ class Holds:
                 self._by_key[hold.full_key] = hold
         self.backend.track(hold)
         watch(hold)
-        self.tie(hold, lock)
+        if hold.ttl is None:
+            self.tie(hold, lock)
         return hold
 
     def tie(self, hold: Hold, lock: Lock) -> None:
@@ -73,7 +74,7 @@ class Holds:
             weakref.finalize(lock, self._dropped, hold)
 
     def _dropped(self, hold: Hold) -> None:
-        if not hold.active or hold.pid != os.getpid():
+        if not hold.active or hold.pid != process.pid():
             return
         why = hold.leak()
         if why is None or not why.startswith("every handle"):

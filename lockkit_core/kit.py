@@ -89,6 +89,9 @@ class LockKit:
         self._closer = weakref.finalize(self, self.backend.close)
         self.admin = Admin(self)
         self._shared: dict[tuple[str, int], SharedKit] = {}
+        #: the options of a kit.lock() that gives none, checked once for the config they
+        #: were made from (see lock())
+        self._defaults: tuple[LockKitConfig, dict[str, Any]] | None = None
         _kits.add(self)
 
     @classmethod
@@ -179,12 +182,57 @@ class LockKit:
         (see :mod:`lockkit_core.observe`).
         """
         check_key(key)
-        options = self._lock_options(ttl, timeout, auto_renew, fair, on_lost, owner)
+        if (
+            ttl is UNSET
+            and timeout is UNSET
+            and auto_renew is UNSET
+            and fair is False
+            and on_lost is None
+            and owner is None
+        ):
+            options = self._default_options()
+        else:
+            options = self._lock_options(ttl, timeout, auto_renew, fair, on_lost, owner)
         if template is not None:
+            options = dict(options)
             if not isinstance(template, str):
                 raise TypeError(f"template must be a str, got {type(template).__name__}")
             options["labels"] = self.labels.with_template(template)
         return Lock(self, key, reentrant=reentrant, **options)
+
+    def _default_options(self) -> dict[str, Any]:
+        """:meth:`_lock_options` of a lock that gives no option: the kit's settings, checked
+        once per config rather than on every ``kit.lock(key)`` (a handle per request)."""
+        defaults = self._defaults
+        if defaults is None or defaults[0] is not self.config:
+            self._defaults = defaults = (
+                self.config,
+                self._lock_options(UNSET, UNSET, UNSET, False, None, None),
+            )
+        return defaults[1]
+
+    def lock_maker(
+        self,
+        *,
+        ttl: Seconds = UNSET,
+        reentrant: bool = True,
+        template: str | None = None,
+    ) -> Callable[[str], Lock]:
+        """``kit.lock(key, ttl=..., reentrant=..., template=...)`` as a function of ``key``,
+        its options checked once: for code that makes a handle per request with the same
+        options (the web guards), where checking them again each time costs more than the
+        handle itself."""
+        options = self._lock_options(ttl, UNSET, UNSET, False, None, None)
+        if template is not None:
+            if not isinstance(template, str):
+                raise TypeError(f"template must be a str, got {type(template).__name__}")
+            options["labels"] = self.labels.with_template(template)
+
+        def make(key: str) -> Lock:
+            # Lock copies on_lost: the handles share no list.
+            return Lock(self, check_key(key), reentrant=reentrant, **options)
+
+        return make
 
     def _lock_options(
         self,

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
 import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from . import drivers, lease, observe
+from . import drivers, lease, observe, process
 from .acquire import Acquired, dead_on_arrival_error
 from .backends.base import Grant, owner_hint
 from .config import UNSET, Seconds, check_timeout
@@ -29,17 +27,13 @@ from .errors import ConfigError, LockNotOwned, LockTimeout
 from .handle import OnLost
 from .handover import HandOver
 from .hold import Hold
+from .process import new_owner_token
 from .py310 import add_note
 from .watchdog import watch
 
 __all__ = ["Lock", "OnLost", "new_owner_token"]
 
 log = logging.getLogger("lockkit")
-
-
-def new_owner_token() -> str:
-    """A fresh, unguessable 128-bit owner token (32 hex digits)."""
-    return secrets.token_hex(16)
 
 
 def release_leaving(release: Callable[[], None], exc: BaseException | None) -> None:
@@ -95,7 +89,7 @@ class Lock(HandOver):
         """True while the lease is valid and held through this handle: by this thread for a
         reentrant lock, by the acquisition (any thread) for ``reentrant=False``."""
         hold = self._here()
-        return hold is not None and hold.pid == os.getpid() and not hold.is_lost()
+        return hold is not None and hold.pid == process.pid() and not hold.is_lost()
 
     def locked(self) -> bool:
         """True if anyone holds the key (asks the store)."""

@@ -19,10 +19,10 @@ would swamp the metrics store. Each store acquire is a ``lockkit.acquire`` span 
 request shows where it waited.
 
 Without ``opentelemetry-api`` (``pip install "lockkit[otel]"``) all of it is skipped at the
-cost of one ``is None`` test; with the API but no SDK configured, the API's own no-op
-objects answer (about a microsecond per acquire and release, see
-``benchmarks/telemetry.py``). The instruments are made once, through the API's global
-providers, so an SDK set up after lockkit was imported still receives everything.
+cost of one ``is None`` test; with the API but no provider set (no SDK configured), at the
+cost of two reads of the API's globals (see :func:`_unset`). The instruments are made once,
+through the API's global providers, so an SDK set up after lockkit was imported still
+receives everything from then on.
 
 Log records (logger ``lockkit`` and its children) of every path that is not the happy one
 carry ``extra`` fields for structured handlers: ``lockkit_event`` (busy, timeout, lost,
@@ -105,6 +105,20 @@ class _Instruments:
 
 
 _instruments: _Instruments | None = None if _otel_metrics is None else _Instruments()
+#: the module holding the API's global meter provider (None if it moved: see _unset)
+_metrics_globals = getattr(_otel_metrics, "_internal", None)
+
+
+def _unset() -> bool:
+    """True while the app has set neither a meter nor a tracer provider (nor named one in
+    the environment, which the API loads when lockkit makes its instruments): every record
+    would go to the API's proxies, which drop it, so none is made. The API's globals are
+    read directly, as its public getters cost more than the records they would spare;
+    should their names go, this says False and the proxies answer as before."""
+    return (
+        getattr(_metrics_globals, "_METER_PROVIDER", True) is None
+        and getattr(_otel_trace, "_TRACER_PROVIDER", True) is None
+    )
 
 
 class _Spans:
@@ -179,7 +193,7 @@ class Waiting:
 def waiting(labels: Labels) -> Waiting | None:
     """An acquire starts (None without the otel extra: nothing to record)."""
     inst = _instruments
-    if inst is None:
+    if inst is None or _unset():
         return None
     span: Span | None = None
     spans = _spans
@@ -250,7 +264,7 @@ def failed(wait: Waiting | None, log: logging.Logger, full_key: str, exc: BaseEx
 def held(labels: Labels, granted: float) -> None:
     """A hold granted at ``granted`` (monotonic) was released."""
     inst = _instruments
-    if inst is not None:
+    if inst is not None and not _unset():
         inst.hold.record(time.monotonic() - granted, labels.common)
 
 

@@ -16,6 +16,7 @@ well below ttl/3. (A hold whose deadline passes meanwhile is reported lost, neve
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import logging
@@ -24,7 +25,7 @@ import threading
 import time
 import warnings
 
-from . import lease
+from . import lease, process
 from .errors import BackendError
 from .hold import Hold
 
@@ -35,13 +36,23 @@ log = logging.getLogger("lockkit")
 
 class Watchdog:
     """Renews leases and reports lost ones on one thread, started on demand; it exits
-    after 30 s with nothing to watch."""
+    after 30 s with nothing to watch.
+
+    :meth:`watch` runs on every acquisition, so it only appends to :attr:`_new` (a deque:
+    appending is atomic) and takes the condition's lock only when the thread must hear of
+    it at once: not running, asleep past the new due time, or the backlog grown large. The
+    thread moves what was appended onto its heap whenever it wakes, and re-reads the
+    backlog after publishing when it will wake (``_wake_at``) and before sleeping, so an
+    append is either seen by the thread or sees ``_wake_at`` (or ``_running``) and wakes it.
+    """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, Hold]] = []
+        self._new: collections.deque[tuple[float, Hold]] = collections.deque()
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
+        self._running = False
         self._compact_at = 256
         self._wake_at = 0.0  # when the sleeping thread wakes by itself; 0 while it is busy
 
@@ -51,20 +62,28 @@ class Watchdog:
         if hold.ttl is None:
             return
         if hold.auto_renew:
-            self.schedule(hold, lease.renew_at(time.monotonic(), hold.ttl))
+            due = lease.renew_at(time.monotonic(), hold.ttl)
         elif _has_on_lost(hold):
-            self.schedule(hold, hold.deadline)
+            due = hold.deadline
+        else:
+            return
+        self._new.append((due, hold))  # as schedule() does
+        if not self._running or due < self._wake_at or len(self._new) > self._compact_at:
+            self._poke(due)
 
     def schedule(self, hold: Hold, due: float) -> None:
         """Service ``hold`` at monotonic time ``due``."""
+        self._new.append((due, hold))
+        if not self._running or due < self._wake_at or len(self._new) > self._compact_at:
+            self._poke(due)
+
+    def _poke(self, due: float) -> None:
+        """Start the thread, or wake it if it sleeps past ``due``; sweep a long backlog."""
         with self._cond:
-            heapq.heappush(self._heap, (due, next(self._seq), hold))
-            if len(self._heap) > self._compact_at:
-                # Released holds are dropped lazily; sweep them when they pile up.
-                self._heap = [entry for entry in self._heap if entry[2].active]
-                heapq.heapify(self._heap)
-                self._compact_at = max(256, 2 * len(self._heap))
-            if self._thread is None or not self._thread.is_alive():
+            if len(self._new) > self._compact_at:
+                self._take_new()
+            if not self._running:
+                self._running = True
                 self._thread = threading.Thread(
                     target=self._run, name="lockkit-watchdog", daemon=True
                 )
@@ -77,34 +96,65 @@ class Watchdog:
         self._wake_at = 0.0
         self._cond = threading.Condition()
         self._heap = []
+        self._new = collections.deque()
         self._thread = None
+        self._running = False
+
+    def _take_new(self) -> None:
+        """Move the backlog onto the heap; call with the lock held. A released hold is
+        dropped, unless it is due before all the heap holds: the thread then sleeps until
+        its due time, on the grid where the next holds fall, rather than being woken by
+        each of them (see _next)."""
+        new = self._new
+        heap = self._heap
+        while new:
+            due, hold = new.popleft()
+            if hold.active or not heap or due < heap[0][0]:
+                heapq.heappush(heap, (due, next(self._seq), hold))
+        if len(heap) > self._compact_at:
+            # Released holds are dropped lazily; sweep them when they pile up.
+            self._heap = heap = [entry for entry in heap if entry[2].active]
+            heapq.heapify(heap)
+            self._compact_at = max(256, 2 * len(heap))
+
+    def _next(self) -> Hold | None:
+        """Wait for the next hold due (None: nothing to watch for 30 s, so the thread ends);
+        call with the lock held."""
+        while True:
+            self._take_new()
+            if self._heap:
+                due, _, hold = self._heap[0]
+                # Released holds stay until their due time: popping them early would wake
+                # this thread (and take the GIL) once per acquisition, as a new hold's
+                # renewal is then earlier than the next wake-up. Due times lie on a grid
+                # (lease.renew_at): one wake-up serves every hold of one step.
+                if due <= time.monotonic():
+                    heapq.heappop(self._heap)
+                    if hold.active:
+                        return hold
+                    continue
+            else:
+                due = time.monotonic() + 30.0
+            self._wake_at = due
+            if self._new:  # appended since _take_new, maybe before _wake_at was set
+                self._wake_at = 0.0
+                continue
+            self._cond.wait(max(0.0, due - time.monotonic()))
+            self._wake_at = 0.0
+            if not self._heap and not self._new:
+                self._running = False
+                if self._new:  # a watch() that still saw the thread running
+                    self._running = True
+                    continue
+                self._thread = None
+                return None
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while True:
-                    if not self._heap:
-                        self._wake_at = time.monotonic() + 30.0
-                        self._cond.wait(30.0)
-                        self._wake_at = 0.0
-                        if not self._heap:
-                            self._thread = None
-                            return
-                        continue
-                    due, _, hold = self._heap[0]
-                    now = time.monotonic()
-                    # Released holds stay until their due time: popping them early would
-                    # wake this thread (and take the GIL) once per acquisition, as a new
-                    # hold's renewal is then earlier than the next wake-up. Due times lie on
-                    # a grid (lease.renew_at): one wake-up serves every hold of one step.
-                    if due > now:
-                        self._wake_at = due
-                        self._cond.wait(due - now)
-                        self._wake_at = 0.0
-                        continue
-                    heapq.heappop(self._heap)
-                    if hold.active:
-                        break
+                hold = self._next()
+            if hold is None:
+                return
             try:
                 self._service(hold)
             except Exception:  # the watchdog must survive anything a callback does
@@ -112,7 +162,7 @@ class Watchdog:
 
     def _service(self, hold: Hold) -> None:
         """Renew ``hold``, report it lost, or drop it if it leaked."""
-        if not hold.active or hold.pid != os.getpid():
+        if not hold.active or hold.pid != process.pid():
             return
         leak = hold.leak()
         if leak is not None:
@@ -162,11 +212,8 @@ def _drop_leaked(hold: Hold, why: str) -> None:
 
 
 _watchdog = Watchdog()
-
-
-def watch(hold: Hold) -> None:
-    """Hand ``hold`` to the process's watchdog (see :meth:`Watchdog.watch`)."""
-    _watchdog.watch(hold)
+#: hand a hold to the process's watchdog (see :meth:`Watchdog.watch`)
+watch = _watchdog.watch
 
 
 if hasattr(os, "register_at_fork"):

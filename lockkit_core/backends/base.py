@@ -16,7 +16,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ..errors import ConfigError, NotSupported
 from ..redact import HIDDEN, is_secret
@@ -99,13 +99,13 @@ class Grade(str, enum.Enum):
         return format(self.value, spec)
 
 
-@dataclass(frozen=True)
-class Grant:
+class Grant(NamedTuple):
     """The answer to one acquisition attempt.
 
     ``token`` is the fencing token when ``acquired`` (None if the backend has none);
     ``retry_after`` is the holder's remaining lease in seconds when busy (None: unknown);
     ``since`` (monotonic) is set on a grant handed to a waiter: the lease began after it.
+    (A named tuple, not a frozen dataclass: one is made per attempt, at a quarter the cost.)
     """
 
     acquired: bool
