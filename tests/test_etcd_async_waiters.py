@@ -282,12 +282,16 @@ def test_a_line_whose_first_lost_its_queue_entry_is_still_served_in_order(
 
             tasks = [asyncio.create_task(take(0))]
             await queued(1)
+            first = lines[full_key].places[0].waiter
+            first_at = first.queued_at
             lease = backend.queue._lease
             assert lease is not None
             etcd_request(etcd_server.port(), "lease/revoke", {"ID": lease.id})
             tasks += [asyncio.create_task(take(1)), asyncio.create_task(take(2))]
             await queued(3)
-            await asyncio.sleep(1.5)  # the first's next look finds its entry gone
+            while first.queued_at == first_at:  # its next look finds its entry gone
+                await asyncio.sleep(0.01)
+            await queued(3)
             await holder.arelease()
             await asyncio.wait_for(asyncio.gather(*tasks), 20)
             return order
