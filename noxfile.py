@@ -97,8 +97,9 @@ def core(session: nox.Session) -> None:
     """The core suite on one Python: stores, contract, asyncio, CLI, typing, docs examples."""
     # The test project (tests/djproject) loads django-tasks-db (and the backport before Django
     # 6); a few core tests (pickling every error, the CLI) import the adapters too.
+    # tests/test_typing.py runs mypy over the packages, which import Django: its stubs too.
     session.install("-e", ".[redis,zookeeper,postgresql,mysql,django-tasks,flask,celery]", "mypy",
-                    *TEST_TOOLS)  # fmt: skip
+                    "django-stubs", *TEST_TOOLS)  # fmt: skip
     _pytest(session, _core_tests())
 
 

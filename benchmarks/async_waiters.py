@@ -47,7 +47,7 @@ def os_threads() -> int:
 
 
 def queued(kit: LockKit) -> int:
-    """How many waiters the store shows queued on :data:`KEY`."""
+    """How many waiters the store shows queued on :data:`KEY` (on etcd, this loop's line)."""
     full_key = f"{kit.namespace}:{KEY}"
     scheme = kit.backend.url.scheme
     if scheme == "redis":
@@ -56,18 +56,10 @@ def queued(kit: LockKit) -> int:
         backend: Any = kit.backend
         return len(backend.session.run(backend.tree.children(full_key))) - 1
     if scheme == "etcd":
-        from lockkit_core.backends.etcd.client import b64
-        from lockkit_core.backends.etcd.layout import prefix_end, queue_prefix
-        from lockkit_core.testing.etcd import etcd_request
-
-        prefix = queue_prefix(full_key)
-        assert kit.backend.url.port is not None
-        found = etcd_request(
-            kit.backend.url.port,
-            "kv/range",
-            {"key": b64(prefix), "range_end": b64(prefix_end(prefix)), "count_only": True},
-        )
-        return int(found.get("count", 0))
+        # asyncio waiters of one process stand in a line on the loop; only its front is in
+        # the store's queue (see lockkit_core/backends/etcd/line.py)
+        line = kit.backend.aio().lines.get(full_key)  # type: ignore[attr-defined]
+        return len(line.places) if line is not None else 0
     raise ValueError(scheme)
 
 
@@ -174,17 +166,9 @@ class EtcdMessages:
         self.commands: dict[str, int] = {}
 
     def _received(self) -> dict[str, int]:
-        import urllib.request
+        from lockkit_core.testing.etcd import grpc_messages
 
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as got:
-            text = got.read().decode()
-        counts: dict[str, int] = {}
-        for line in text.splitlines():
-            if line.startswith("grpc_server_msg_received_total{"):
-                labels, _, value = line.partition("} ")
-                method = labels.split('grpc_method="', 1)[1].split('"', 1)[0]
-                counts[method] = counts.get(method, 0) + int(float(value))
-        return counts
+        return grpc_messages(self.port)
 
     def __enter__(self) -> EtcdMessages:
         self._start = self._received()

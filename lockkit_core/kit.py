@@ -211,6 +211,29 @@ class LockKit:
             )
         return defaults[1]
 
+    def lock_maker(
+        self,
+        *,
+        ttl: Seconds = UNSET,
+        reentrant: bool = True,
+        template: str | None = None,
+    ) -> Callable[[str], Lock]:
+        """``kit.lock(key, ttl=..., reentrant=..., template=...)`` as a function of ``key``,
+        its options checked once: for code that makes a handle per request with the same
+        options (the web guards), where checking them again each time costs more than the
+        handle itself."""
+        options = self._lock_options(ttl, UNSET, UNSET, False, None, None)
+        if template is not None:
+            if not isinstance(template, str):
+                raise TypeError(f"template must be a str, got {type(template).__name__}")
+            options["labels"] = self.labels.with_template(template)
+
+        def make(key: str) -> Lock:
+            # Lock copies on_lost: the handles share no list.
+            return Lock(self, check_key(key), reentrant=reentrant, **options)
+
+        return make
+
     def _lock_options(
         self,
         ttl: Seconds,

@@ -14,8 +14,16 @@ import redis
 
 from benchmarks.redis_monitor import CommandCounter
 from lockkit_core import LockKit
-from lockkit_core.backends.base import Backend
-from lockkit_core.dedupe import Duplicate, RunGuard, TaskOptions, TaskRecords, start_run
+from lockkit_core.backends.base import Backend, owner_hint
+from lockkit_core.dedupe import (
+    Claim,
+    Duplicate,
+    RunGuard,
+    TaskOptions,
+    TaskRecords,
+    claim_key,
+    start_run,
+)
 from lockkit_core.dedupe.options import decide
 from lockkit_core.dedupe.records import finished_key, run_key
 from lockkit_core.lock import new_owner_token
@@ -246,3 +254,99 @@ def test_with_once_the_key_stays_held_until_the_result_is_stored(kit: LockKit) -
     assert records.lease("sms:5") is not None  # a call answered "done" must find the result
     guard.ended()
     assert records.lease("sms:5") is None and records.lease(run_key("id-5")) is None
+
+
+# -- the server's work per task, and the waiters the short path leaves to lock.lua -------------
+
+
+def test_a_run_without_waiters_costs_the_server_few_commands(
+    kit: LockKit, redis_server: RedisServer
+) -> None:
+    # Start and end of a task's run on the happy path (the call was claimed at enqueue, its
+    # task id derived from the claim): one script call each, and inside them only the
+    # commands the records need (take run, adopt <key>; finished record, free both).
+    records, opts = TaskRecords(kit), _opts()
+
+    def run(key: str, counted: bool = False) -> None:
+        claim = claim_key(records, "t", key, 10, once=False)
+        assert isinstance(claim, Claim) and claim.task_id is not None
+        with CommandCounter(redis_server.port) as seen:
+            guard = start_run(records, "t", key, claim.task_id, opts, claim.owner)
+            assert isinstance(guard, RunGuard)
+            guard.succeeded()
+            guard.ended()
+        assert records.finished(claim.task_id) and records.lease(key) is None
+        if counted:
+            assert seen.total == 2, [line[:60] for line in seen.lines]
+            assert len(seen.scripted) <= 14, seen.scripted
+
+    run("sms:0")  # the scripts are loaded now
+    run("sms:6", counted=True)
+
+
+def test_a_waiter_on_the_key_is_handed_it_when_the_run_ends(
+    kit: LockKit, redis_server: RedisServer
+) -> None:
+    records, opts = TaskRecords(kit), _opts()
+    owner = _enqueued(records, "sms:7")
+    guard = start_run(records, "t", "sms:7", "id-7", opts, owner)
+    assert isinstance(guard, RunGuard)
+    # another kit: its own connections and listener, as another process would have
+    other = LockKit(redis_server.url, namespace=kit.namespace, ttl=10)
+    waiter = other.lock("sms:7", ttl=10, reentrant=False, fair=True)
+    got: list[float] = []
+    thread = threading.Thread(target=lambda: got.append(waiter.acquire(timeout=8) and 1.0))
+    thread.start()
+    _wait_queued(kit, "sms:7")
+    guard.succeeded()
+    # handed to the waiter by the same store operation that freed it, in order: not left
+    # free for the waiter to find out about later
+    handed = records.lease("sms:7")
+    thread.join(9)
+    assert got == [1.0]
+    assert handed is not None and waiter.owned()
+    assert handed.owner_hint == owner_hint(waiter.owner or "")
+    waiter.release()
+    other.close()
+    assert records.finished("id-7") and records.lease(run_key("id-7")) is None
+
+
+def test_a_copy_waiting_on_the_run_record_finds_the_task_finished(
+    kit: LockKit, redis_server: RedisServer
+) -> None:
+    records, opts = TaskRecords(kit), _opts()
+    owner = _enqueued(records, "sms:8")
+    first = start_run(records, "t", "sms:8", "id-8", opts, owner)
+    assert isinstance(first, RunGuard)
+    waits = decide({"wait": 8.0}, {}, 10.0)
+    answers: list[object] = []
+    other = LockKit(redis_server.url, namespace=kit.namespace, ttl=10)  # another worker
+    copy = threading.Thread(
+        target=lambda: answers.append(
+            start_run(TaskRecords(other), "t", "sms:8", "id-8", waits, owner)
+        )
+    )
+    copy.start()
+    _wait_queued(kit, run_key("id-8"))
+    # a third copy meanwhile: refused at once, the waiter's place kept
+    third = start_run(records, "t", "sms:8", "id-8", opts, owner)
+    assert isinstance(third, Duplicate) and third.reason == "running"
+    first.succeeded()
+    copy.join(9)
+    other.close()
+    assert len(answers) == 1
+    answer = answers[0]
+    assert isinstance(answer, Duplicate) and answer.reason == "finished"
+    assert records.lease("sms:8") is None and records.lease(run_key("id-8")) is None
+
+
+def _wait_queued(kit: LockKit, key: str) -> None:
+    """Until a blocking caller has queued on ``key`` (lua/lock.lua's Q)."""
+    import time
+
+    backend = kit.backend
+    queue = f"lockkit:{{{_full(kit, key)}}}:q"
+    deadline = time.monotonic() + 5
+    while not backend.client.exists(queue):  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, f"nobody queued on {key!r}"
+        time.sleep(0.01)

@@ -66,6 +66,10 @@ class GuardContext:
     counts: Counts = field(default_factory=Counts)
     on_lost: list[LostHook] = field(default_factory=list)
     secret: Secret | None = None
+    #: Each rule's ``kit.lock_maker``, made at its first request (see RequestRule.acquire).
+    lock_makers: dict[object, Callable[[str], Lock]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
 
 @dataclass

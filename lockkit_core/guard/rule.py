@@ -174,8 +174,12 @@ class RequestRule:
 
     def _lock(self, context: GuardContext, key: str) -> tuple[Lock, float | None]:
         wait = context.settings.wait if self.wait is UNSET else self.wait
-        template = self.key.template or getattr(self.key.func, "__qualname__", "callable")
-        return context.kit.lock(key, ttl=self.ttl, reentrant=False, template=template), wait
+        make = context.lock_makers.get(self)
+        if make is None:
+            template = self.key.template or getattr(self.key.func, "__qualname__", "callable")
+            make = context.kit.lock_maker(ttl=self.ttl, reentrant=False, template=template)
+            context.lock_makers[self] = make
+        return make(key), wait
 
     def _failed(self, context: GuardContext, route: str, key: str, exc: BackendError) -> Outcome:
         if self.fail_open:

@@ -28,7 +28,7 @@ from .process import (
     stop_process,
 )
 
-__all__ = ["EtcdCluster", "EtcdServer", "etcd_request", "find_etcd"]
+__all__ = ["EtcdCluster", "EtcdServer", "etcd_request", "find_etcd", "grpc_messages"]
 
 _LOOPBACK = "127.0.0.1"
 _INSTALL_HINT = (
@@ -70,6 +70,27 @@ def etcd_request(
         raise RuntimeError(f"etcd {path} answered {response.status}: {data[:300]!r}")
     answer: dict[str, Any] = json.loads(data)
     return answer
+
+
+def grpc_messages(port: int, timeout: float = 5.0) -> dict[str, int]:
+    """The gRPC messages the member on ``port`` has received, by method, from its
+    ``/metrics`` (``grpc_server_msg_received_total``): every request of the JSON gateway is
+    one, and so is each message of a stream (a watch's create, a lease's keep-alive)."""
+    conn = http.client.HTTPConnection(_LOOPBACK, port, timeout=timeout)
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    except http.client.HTTPException as exc:
+        raise OSError(str(exc)) from exc
+    finally:
+        conn.close()
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith("grpc_server_msg_received_total{"):
+            labels, _, value = line.partition("} ")
+            method = labels.split('grpc_method="', 1)[1].split('"', 1)[0]
+            counts[method] = counts.get(method, 0) + int(float(value))
+    return counts
 
 
 class _Member:

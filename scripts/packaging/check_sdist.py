@@ -22,6 +22,7 @@ NEEDED_IN_WHEEL = (
     "lockkit_flask/py.typed",
     "lockkit_celery/py.typed",
     "lockkit_core/backends/redis/lua/lock.lua",
+    "lockkit_core/backends/redis/lua/runs.lua",
     "lockkit_django/templates/lockkit_django/admin/",
 )
 

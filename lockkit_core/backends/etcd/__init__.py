@@ -17,8 +17,8 @@ id>``, each on a short lease. A free key has no record and no queue entries: it 
 **Acquiring** is one transaction: if the record does not exist (and nobody queues
 before us) put it under our lease, else read it. The fencing token is the record's create
 revision, strictly increasing across the cluster (also across restarts and leader changes:
-revisions are part of the replicated log). Releasing deletes the record if it is still under
-our lease, then revokes the lease.
+revisions are part of the replicated log), or, for a record handed over in place (below),
+the token in its value. Releasing revokes our lease, and the record goes with it.
 
 **Leases and ttls.** etcd leases count whole seconds (at least about 2 s, checked every half
 second), so the server's lease is only the backstop for a holder that vanished: it is granted
@@ -42,6 +42,10 @@ give up are revoked; if the store is unreachable at that moment, by a background
 tries again every second until it answers, with no other call needed (an attempt sent before
 the outage may still arrive when the link heals, and would otherwise take the key for a caller
 that is gone, for the lease's whole TTL).
+
+**On an event loop** the waiters of one key stand in a line on the loop and only the first
+speaks to etcd; a release on that loop hands the lock to it in place, in one transaction
+(:mod:`.line`, :mod:`.handover`).
 """
 
 from .backend import EtcdBackend

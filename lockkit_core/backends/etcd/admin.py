@@ -28,7 +28,7 @@ def lease_of(client: GatewayClient, stored: str, record: Record) -> Lease:
     return Lease(
         key=stored,
         owner_hint=record.owner[:8],
-        token=record.create_revision,
+        token=record.fence,
         ttl_remaining=record.ttl if left is None else min(left, record.ttl),
         holder=record.holder,
         started=record.started,

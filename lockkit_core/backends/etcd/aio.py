@@ -6,7 +6,8 @@ are sent here by :class:`AsyncGateway`: HTTP/1.1 to the JSON gateway on ``asynci
 (no dependency: the standard library's, as the blocking client's), with the blocking client's
 member order, time budget and reading of answers (:meth:`GatewayClient.answer`). A waiter's
 watch is a streaming request of its own, read on the loop (:class:`AsyncWatch`): no thread
-per waiter, and a cancelled waiter's connection is simply closed.
+per waiter, and a cancelled waiter's connection is simply closed. The lock operations of a
+loop, and the line its waiters of one key stand in, are in :mod:`.line`.
 """
 
 from __future__ import annotations
@@ -15,20 +16,14 @@ import asyncio
 import contextlib
 import json
 import time
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from ...py310 import within
 from ...sansio import arun
-from ..aio import AsyncOps, AsyncWaiter
-from ..base import Grant
 from .client import Call, Endpoint, GatewayClient, Join, Refused, Steps, TokenExpired, b64
-from .waiter import EtcdWaiter
 from .watch import READ_ON, NextEvents, OpenWatch, Pause, settle
 
-if TYPE_CHECKING:
-    from .backend import EtcdBackend
-
-__all__ = ["AsyncEtcdWaiter", "AsyncGateway", "AsyncWatch", "EtcdOps"]
+__all__ = ["AsyncGateway", "AsyncWatch"]
 
 T = TypeVar("T")
 
@@ -320,43 +315,3 @@ class AsyncWatch:
             with contextlib.suppress(Exception):
                 self._stream[1].close()
             self._stream = None
-
-
-class EtcdOps(AsyncOps):
-    """The lock operations of one :class:`EtcdBackend` on one event loop."""
-
-    def __init__(self, backend: EtcdBackend) -> None:
-        self._backend = backend
-        self.gateway = AsyncGateway(backend.client)
-
-    async def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
-        return await self.gateway.run(self._backend.attempt(key, owner, ttl))
-
-    async def release(self, key: str, owner: str) -> bool:
-        return await self.gateway.run(self._backend.releasing(key, owner))
-
-    async def extend(self, key: str, owner: str, ttl: float) -> bool:
-        return (await self.adopt(key, owner, ttl)).acquired
-
-    async def adopt(self, key: str, owner: str, ttl: float) -> Grant:
-        return await self.gateway.run(self._backend.adopting(key, owner, ttl))
-
-    async def waiter(self, key: str, owner: str, fair: bool) -> AsyncWaiter:
-        made = EtcdWaiter(self._backend, key, owner)
-        self._backend.queue.register(key, owner, made)
-        return AsyncEtcdWaiter(self.gateway, made)
-
-
-class AsyncEtcdWaiter(AsyncWaiter):
-    """An :class:`EtcdWaiter` (its place in the queue, its decisions) whose requests and
-    watches are awaited."""
-
-    def __init__(self, gateway: AsyncGateway, waiter: EtcdWaiter) -> None:
-        self._gateway = gateway
-        self._waiter = waiter
-
-    async def wait(self, timeout: float) -> Grant | None:
-        return await self._gateway.run(self._waiter.waiting(timeout))
-
-    async def close(self, acquired: bool, *, reachable: bool = True) -> None:
-        await self._gateway.run(self._waiter.leaving(acquired, reachable))

@@ -23,13 +23,14 @@ from .layout import (
     lock_key,
     queue_entry,
 )
-from .leases import LEASE_MARGIN, Leases
+from .leases import Leases
 from .queue import WaitQueue
+from .renew import renewing
 from .txn import acquire_body, take_over_body
 from .waiter import WAIT_SLICE, EtcdWaiter
 
 if TYPE_CHECKING:
-    from .aio import EtcdOps
+    from .line import EtcdOps
 
 __all__ = ["EtcdBackend"]
 
@@ -81,8 +82,24 @@ class EtcdBackend(Backend):
 
     # -- locking ---------------------------------------------------------------------------------
 
-    def _value(self, owner: str, ttl: float, started: float | None) -> str:
-        return Record.value(owner_id(owner), ttl, self._holder + str(os.getpid()), started)
+    def record_value(
+        self, owner: str, ttl: float, started: float | None, token: int | None = None
+    ) -> str:
+        return Record.value(owner_id(owner), ttl, self._holder + str(os.getpid()), started, token)
+
+    def held(self, key: str, owner: str) -> Held | None:
+        """What we know of ``owner``'s hold on ``key``, if it holds it from here."""
+        return self._held.get((key, owner))
+
+    def forget(self, key: str, owner: str) -> None:
+        """``owner`` no longer holds ``key`` (its renewal found it gone)."""
+        self._held.pop((key, owner), None)
+
+    def handed(self, key: str, owner: str, to: str, held: Held) -> None:
+        """``owner``'s hold on ``key`` went to ``to`` in place (see :mod:`.handover`)."""
+        self._held.pop((key, owner), None)
+        self._held[(key, to)] = held
+        self._seen.pop(lock_key(key), None)
 
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         return self.client.run(self.attempt(key, owner, ttl))
@@ -146,7 +163,7 @@ class EtcdBackend(Backend):
             return acquire_body(
                 key,
                 owner_id(owner),
-                self._value(owner, ttl, started),
+                self.record_value(owner, ttl, started),
                 lease.id,
                 queued_at=waiter.queued_at if waiter is not None else None,
                 queue_lease=queue_lease,
@@ -174,7 +191,7 @@ class EtcdBackend(Backend):
             waiter.join_in_flight = False
         revision = int(answer["header"]["revision"])
         if answer.get("succeeded"):
-            self._held[(key, owner)] = Held(lease, ttl, started)
+            self._held[(key, owner)] = Held(lease, ttl, started, mod=revision, fence=revision)
             self._seen.pop(lkey, None)
             return Grant(True, revision), None
         ranges = [r.get("response_range", {}) for r in answer.get("responses", [])]
@@ -194,7 +211,14 @@ class EtcdBackend(Backend):
         if record.owner == owner_id(owner):
             # Ours already: a retried request whose answer was lost. Renew it, under the
             # lease it has, and keep the token it got.
-            held = Held(LeaseRef(record.lease, 0, sent), ttl, record.started)
+            held = Held(
+                LeaseRef(record.lease, 0, sent),
+                ttl,
+                record.started,
+                token=record.token,
+                mod=record.mod_revision,
+                fence=record.fence,
+            )
             self._held[(key, owner)] = held
             if waiter is not None and waiter.queued_at is not None:
                 yield Call("kv/deleterange", {"key": b64(mine)}, f"leave {key!r}'s queue")
@@ -203,7 +227,7 @@ class EtcdBackend(Backend):
                 yield from self.leases.revoke(lease.id)
                 if waiter is not None:
                     waiter.lease = held.lease
-            token = yield from self._renew(key, owner, held, ttl, record.lease)
+            token = yield from renewing(self, key, owner, held, ttl, record.lease)
             return Grant(token is not None, token), None
         return None, record
 
@@ -238,54 +262,6 @@ class EtcdBackend(Backend):
         yield from self.leases.revoke(record.lease)
         return True
 
-    def _renew(
-        self, key: str, owner: str, held: Held, ttl: float, lease_id: int
-    ) -> Steps[int | None]:
-        """Rewrite the record of a lock we hold (its ttl, a new revision for observers) if it
-        is still under ``lease_id``, and return its token; None if it is not ours any more.
-        The record moves to a new lease when ``ttl`` outgrew the one it has."""
-        lkey = lock_key(key)
-        lease = held.lease
-        if lease.ttl == 0 and not (yield from self.leases.keep_alive(lease)):
-            self._held.pop((key, owner), None)  # a lease we did not grant, and gone
-            return None
-        moved = None
-        if lease.ttl < ttl + 2 * LEASE_MARGIN:
-            moved = yield from self.leases.grant(ttl)
-        answer = yield Call(
-            "kv/txn",
-            {
-                "compare": [
-                    {"key": b64(lkey), "target": "LEASE", "result": "EQUAL", "lease": lease_id}
-                ],
-                "success": [
-                    {
-                        "request_put": {
-                            "key": b64(lkey),
-                            "value": self._value(owner, ttl, held.started),
-                            "lease": (moved or lease).id,
-                        }
-                    },
-                    {"request_range": {"key": b64(lkey)}},
-                ],
-            },
-            f"extend {key!r}",
-        )
-        if not answer.get("succeeded"):
-            if moved is not None:
-                yield from self.leases.revoke(moved.id)
-            self._held.pop((key, owner), None)
-            return None
-        if moved is not None:
-            yield from self.leases.revoke(lease_id)
-            held.lease = moved
-        held.ttl = ttl
-        if not (yield from self.leases.fit(held.lease, ttl)):
-            self._held.pop((key, owner), None)
-            return None
-        kvs = answer["responses"][1].get("response_range", {}).get("kvs") or [{}]
-        return int(kvs[0].get("create_revision", 0)) or None
-
     def _read(self, key: str) -> Steps[Record | None]:
         answer = yield Call("kv/range", {"key": b64(lock_key(key))}, f"read the lock {key!r}")
         kvs = answer.get("kvs") or []
@@ -300,7 +276,14 @@ class EtcdBackend(Backend):
         record = yield from self._read(key)
         if record is None or record.owner != owner_id(owner):
             return None
-        held = Held(LeaseRef(record.lease, 0, 0.0), record.ttl, record.started)
+        held = Held(
+            LeaseRef(record.lease, 0, 0.0),
+            record.ttl,
+            record.started,
+            token=record.token,
+            mod=record.mod_revision,
+            fence=record.fence,
+        )
         return held, record.lease
 
     def release(self, key: str, owner: str) -> bool:
@@ -336,7 +319,7 @@ class EtcdBackend(Backend):
             return Grant(False)
         held, lease_id = found
         self._held[(key, owner)] = held
-        token = yield from self._renew(key, owner, held, ttl, lease_id)
+        token = yield from renewing(self, key, owner, held, ttl, lease_id)
         return Grant(False) if token is None else Grant(True, token)
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
@@ -348,7 +331,7 @@ class EtcdBackend(Backend):
     def aio(self) -> EtcdOps:
         """The same plans of requests over asyncio streams of the running loop (one pool of
         connections per loop, made on first use); watches read on the loop."""
-        from .aio import EtcdOps
+        from .line import EtcdOps
 
         return self._aio.get(lambda: EtcdOps(self))
 

@@ -66,13 +66,27 @@ class Record:
     lease: int
     #: when the holder got it (epoch s, the holder's clock: etcd's KV keeps no time)
     started: float | None = None
+    #: the fencing token of a record handed over in place (see :attr:`fence`)
+    token: int | None = None
+
+    @property
+    def fence(self) -> int:
+        """The holder's fencing token: the create revision, or for a record handed over in
+        place from one holder of this process to the next (a put keeps the create revision)
+        the token its value carries: the last holder's plus one, never more than the
+        revision of the hand-over, so any record created later gets a higher one."""
+        return self.create_revision if self.token is None else self.token
 
     @staticmethod
-    def value(owner_id: str, ttl: float, holder: str, started: float | None) -> str:
+    def value(
+        owner_id: str, ttl: float, holder: str, started: float | None, token: int | None = None
+    ) -> str:
         """The stored value, base64-encoded for a request."""
         doc: dict[str, Any] = {"owner": owner_id, "ttl": ttl, "holder": holder}
         if started is not None:
             doc["started"] = round(started, 3)
+        if token is not None:
+            doc["token"] = token
         return b64(json.dumps(doc))
 
     @classmethod
@@ -86,6 +100,7 @@ class Record:
             data = {}
         ttl = data.get("ttl")
         started = data.get("started")
+        token = data.get("token")
         return cls(
             owner=str(data.get("owner", "")),
             ttl=float(ttl) if isinstance(ttl, int | float) and ttl > 0 else 30.0,
@@ -94,6 +109,7 @@ class Record:
             mod_revision=int(kv.get("mod_revision", 0)),
             lease=int(kv.get("lease", 0)),
             started=float(started) if isinstance(started, int | float) and started > 0 else None,
+            token=token if isinstance(token, int) and token > 0 else None,
         )
 
 
@@ -116,3 +132,10 @@ class Held:
     lease: LeaseRef
     ttl: float
     started: float | None = None  #: kept in the record by every renewal
+    #: the token the record's value carries (None: its create revision is the token)
+    token: int | None = None
+    #: the record's mod revision after our last write (0: unknown); a renewal compares it,
+    #: since after a hand-over in place the next holder's record is under the same lease
+    mod: int = 0
+    #: the fencing token, once known
+    fence: int | None = None

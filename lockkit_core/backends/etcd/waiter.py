@@ -55,6 +55,35 @@ class EtcdWaiter(Waiter):
         #: way): the entry may be on the store though ``queued_at`` is None
         self.join_in_flight = False
         self._closed = False
+        #: a lock lease this waiter no longer needs (it was handed a record under another)
+        self._spare: LeaseRef | None = None
+
+    @property
+    def owner(self) -> str:
+        return self._owner
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    def first(self) -> int | None:
+        """The queue lease of our entry if we are queued first (nobody before us as far as
+        we saw): a release here can then hand us the lock; else None."""
+        if self.queued_at is None or self._predecessor is not None or self._look_again:
+            return None
+        return self._queue_lease_id
+
+    def handed(self) -> None:
+        """A hand-over in place gave us the lock (and deleted our queue entry); our own lock
+        lease is not under the record."""
+        self.queued_at = None
+        self._spare, self.lease = self.lease, None
+
+    def pass_lease(self, after: EtcdWaiter) -> None:
+        """Give our unused lock lease to ``after`` (the next waiter here), which would
+        otherwise grant one: one lease goes down a line of waiters."""
+        if after.lease is None and self._spare is not None:
+            after.lease, self._spare = self._spare, None
 
     def lock_lease(self, ttl: float) -> Steps[LeaseRef]:
         """The lease the next attempt puts under the record, granted on first use."""
@@ -158,3 +187,5 @@ class EtcdWaiter(Waiter):
         )
         if not acquired and self.lease is not None:
             yield from backend.leases.revoke(self.lease.id, reachable=reachable)
+        if self._spare is not None:
+            yield from backend.leases.revoke(self._spare.id, reachable=reachable)

@@ -1,5 +1,6 @@
-"""``RedisBackend``: the error boundary, the lock operations, and the entry points of its
-batches (:mod:`.batches`), admin reads (:mod:`.records`) and shared places (:mod:`.shared`)."""
+"""``RedisBackend``: the error boundary, the lock operations (their call shapes are in
+:mod:`.calls`), and the entry points of its batches (:mod:`.batches`), admin reads
+(:mod:`.records`) and shared places (:mod:`.shared`)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,15 @@ from ..aio import AsyncOps
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter
 from .aio import RedisOps
 from .batches import RunBatches
+from .calls import LockCalls
 from .clients import Clients, client_url
 from .clients import from_client as clients_from_client
 from .clients import from_url as clients_from_url
 from .connect import check_tls_options, is_transient, warn_plain_password
 from .leaver import ABANDONED_FOR, Leaver
-from .listener import Listener, as_text
+from .listener import Listener
 from .records import list_leases, read_leases
-from .scripts import Script, grant_list, owner_id, stored_key, stored_keys
+from .scripts import Script, stored_key, stored_keys
 from .shared import RedisPlaces
 from .waiter import RedisWaiter
 from .wire import connections_for
@@ -40,7 +42,7 @@ T = TypeVar("T")
 LEAVE_AT_CLOSE = 1.0
 
 
-class RedisBackend(Backend):
+class RedisBackend(LockCalls, Backend):
     """One Redis server (or one master behind a TLS or unix socket)."""
 
     schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix")
@@ -204,11 +206,6 @@ class RedisBackend(Backend):
 
     # -- locking ------------------------------------------------------------------------------
 
-    def saw_token(self, token: int) -> int:
-        """Raise the floor for later grants to ``token``; returns ``token``."""
-        self._floor = max(self._floor, token)
-        return token
-
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         try:
             return self._try_acquire(key, owner, ttl)
@@ -230,79 +227,17 @@ class RedisBackend(Backend):
             )
         return self.acquire_answer(key, owner, ttl, reply, sent)
 
-    def acquire_args(self, key: str, owner: str, ttl: float) -> list[Any]:
-        """The 5 keys and the arguments of the script's ``acquire`` (see :meth:`try_acquire`)."""
-        ms = max(1, int(ttl * 1000))
-        holder = self._holder_here
-        waiter = self._queued.get((key, owner))
-        if waiter is None:
-            channel, who, fair = "", owner_id(owner), "1"
-        else:
-            channel, who = self._listener.channel_for(key), waiter.id
-            # '2': the release pushes our grant to our list, which we block on (BLPOP); '3':
-            # and we send that BLPOP with this very call (RedisWaiter.attempt)
-            if not waiter.fair:
-                fair = "0"
-            elif waiter.reads_grants:
-                fair = "3" if waiter.pipelines else "2"
-            else:
-                fair = "1"
-        lock_key = stored_key(key)
-        keys = [*stored_keys(lock_key), grant_list(lock_key, who)]
-        return [*keys, "acquire", who, ms, holder, channel, self._floor, fair]
-
-    def acquire_answer(self, key: str, owner: str, ttl: float, reply: Any, sent: float) -> Grant:
-        """The grant the script's ``reply`` to an ``acquire`` sent at ``sent`` means."""
-        waiter = self._queued.get((key, owner))
-        if reply[0]:
-            return Grant(True, self.saw_token(int(reply[1])))
-        # {0, pttl}, or {0, pttl, ask again in ms} while the queue's head may be passed over
-        # (lua/lock.lua, bounded barging): releases until then need not tell us
-        pttl = int(reply[1])
-        wait_ms = int(reply[2]) if len(reply) > 2 else pttl
-        if waiter is not None:
-            waiter.ttl = ttl
-            if waiter.queued_at is None:
-                waiter.queued_at = sent
-            # as lua/lock.lua keeps the entry: the lease we are told of, two of ours, 2 s
-            waiter.entry_until = sent + max(pttl, 0) / 1000.0 + 2 * ttl + 2.0
-            waiter.ask_at = sent + wait_ms / 1000.0 if len(reply) > 2 else None
-        return Grant(False, retry_after=wait_ms / 1000.0 if wait_ms > 0 else None)
-
     def release(self, key: str, owner: str) -> bool:
         args = self.release_args(key, owner, ours=True)
         sent = time.monotonic()
         reply = self._call("release", lambda: self._script(*args), key=key)
         return self.release_answer(key, reply, sent)
 
-    def release_args(self, key: str, owner: str, *, ours: bool = False) -> list[Any]:
-        """The keys and arguments of the script's ``release``. ``ours``: while this process
-        has waiters, a lock handed to one of them comes back in the reply (see
-        :meth:`release_answer`) instead of as a notice."""
-        channel = self._listener.channel_for(key) if ours and self._listener.waiting else ""
-        return [*stored_keys(stored_key(key)), "release", owner, self._floor, channel]
-
-    def release_answer(self, key: str, reply: Any, sent: float) -> bool:
-        """Whether the release sent at ``sent`` released; a lock it handed to a waiter of
-        this process (``{1, id, token}``) goes to that waiter: the store's own reply is its
-        grant, so the waiter sends nothing, and the lease is counted from ``sent``."""
-        if isinstance(reply, list):
-            token = self.saw_token(int(reply[2]))
-            self._listener.hand(key, as_text(reply[1]), Grant(True, token, since=sent))
-            return True
-        return bool(reply)
-
     def leave(self, key: str, owner: str) -> None:
         """Take ``owner`` out of the queue of ``key``; pass the lock on if it was handed to
         it, and give back a lease it holds."""
         args = self.leave_args(key, owner)
         self._call("leave the queue of", lambda: self._script_as_waiter(*args), retry=True, key=key)
-
-    def leave_args(self, key: str, owner: str) -> list[Any]:
-        """The 5 keys and the arguments of the script's ``leave``."""
-        lock_key = stored_key(key)
-        keys = [*stored_keys(lock_key), grant_list(lock_key, owner_id(owner))]
-        return [*keys, "leave", owner, self._floor]
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
         args = self.on_record_args("extend", key, owner, ttl)
@@ -314,16 +249,6 @@ class RedisBackend(Backend):
         args = self.on_record_args("adopt", key, owner, ttl)
         reply = self._call("adopt", lambda: self._script_on_record(*args), retry=True, key=key)
         return self.adopt_answer(reply)
-
-    @staticmethod
-    def on_record_args(operation: str, key: str, owner: str, ttl: float) -> list[Any]:
-        """The key and arguments of ``extend`` or ``adopt``, which need only the record."""
-        return [stored_key(key), operation, owner, max(1, int(ttl * 1000))]
-
-    def adopt_answer(self, reply: Any) -> Grant:
-        if not reply[0]:
-            return Grant(False)
-        return Grant(True, self.saw_token(int(reply[1])))
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
         return RedisWaiter(self, key, owner, fair)

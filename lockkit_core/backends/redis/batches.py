@@ -1,5 +1,8 @@
-"""Task deduplication's run start and end, each in one script call (``lua/lock.lua``,
-'batch'): one atomic step over the locks of several keys.
+"""Task deduplication's run start and end, each in one script call: one atomic step over the
+locks of several keys. ``lua/runs.lua`` does it when nobody waits on those locks (the common
+case: a few commands, without lock.lua's general machinery); with a waiter queued on any of
+them it changes nothing and says so, and the same step goes as ``lua/lock.lua``'s 'batch',
+which serves the waiters in order.
 
 On a server in cluster mode those keys are in different hash slots, and the server refuses the
 batch (CROSSSLOT) before running any of it: the backend then makes the calls one lock at a
@@ -23,6 +26,9 @@ if TYPE_CHECKING:
 
 __all__ = ["RunBatches"]
 
+#: lua/runs.lua's answer when a lock of the step has waiters: it did nothing
+_QUEUED = -2
+
 log = logging.getLogger("lockkit.redis")
 
 
@@ -34,6 +40,7 @@ class RunBatches:
     def __init__(self, backend: RedisBackend) -> None:
         self._backend = backend
         self._scripts: dict[int, Script] = {}  # by their number of keys
+        self._runs: dict[int, Script] = {}  # lua/runs.lua, by their number of keys
         self.one_slot = backend.sharded  # cluster mode: no script over several locks' slots
 
     def begin(
@@ -45,20 +52,31 @@ class RunBatches:
         backend = self._backend
         ms = max(1, int(ttl * 1000))
         holder = backend._holder_here
-        # 'mark': the run record's token is never read, so no fencing counter is kept for it
-        acquire = ("mark", "always", owner_id(run_owner), ms, holder, "", backend._floor, "1")
-        adopt = ("adopt", "if-ok", owner, ms)
+        run_id = owner_id(run_owner)
         try:
-            replies = self._run(
-                f"start a run on {run!r} and {key!r}", [run, key], [acquire, adopt], retry=True
-            )
+            run_lock = stored_key(run)
+            keys = [run_lock, run_lock + ":q", stored_key(key)]
+            reply = self._quick("start a run on", run, keys,
+                                ["begin", run_id, ms, holder, backend._floor, owner])  # fmt: skip
+            if reply is None:
+                return None
+            if reply[0] != _QUEUED:
+                taken = reply[:2]
+                adopted = [0] if len(reply) < 3 or int(reply[2]) < 0 else [1, reply[2]]
+            else:
+                # 'mark': the run record's token is never read, so no fencing counter is kept
+                acquire = ("mark", "always", run_id, ms, holder, "", backend._floor, "1")
+                adopt = ("adopt", "if-ok", owner, ms)
+                replies = self._run(
+                    f"start a run on {run!r} and {key!r}", [run, key], [acquire, adopt], retry=True
+                )
+                if replies is None:
+                    return None
+                taken, adopted = replies
         except BackendUnavailable:
             # as try_acquire: the batch may still land when the link heals
             backend.leaver.give_back(run, run_owner, time.monotonic() + ABANDONED_FOR + 2 * ttl)
             raise
-        if replies is None:
-            return None
-        taken, adopted = replies
         if not taken[0]:
             pttl = int(taken[1])
             return Grant(False, retry_after=pttl / 1000.0 if pttl > 0 else None), Grant(False)
@@ -74,6 +92,9 @@ class RunBatches:
         if self.one_slot:
             return None
         backend = self._backend
+        quick = self._quick_end(releases, marker)
+        if quick is not None or self.one_slot:
+            return quick
         keys: list[str] = []
         ops: list[tuple[Any, ...]] = []
         if marker is not None:
@@ -90,6 +111,53 @@ class RunBatches:
         if replies is None:
             return None
         return [reply[0] == 1 for reply in replies[len(ops) - len(releases) :]]
+
+    def _quick_end(
+        self, releases: Sequence[tuple[str, str]], marker: tuple[str, str, float] | None
+    ) -> list[bool] | None:
+        """:meth:`end` by ``lua/runs.lua``; None if a lock has waiters (nothing was done) or
+        the server is in cluster mode."""
+        backend = self._backend
+        keys: list[str] = []
+        args: list[Any] = ["end", 0 if marker is None else 1]
+        if marker is not None:
+            key, owner, ttl = marker
+            lock = stored_key(key)
+            keys += [lock, lock + ":q"]
+            args += [owner_id(owner), max(1, int(ttl * 1000)), backend._holder_here]
+            args.append(backend._floor)
+        for key, owner in releases:
+            lock = stored_key(key)
+            keys += [lock, lock + ":q"]
+            args.append(owner)
+        first = releases[0][0] if releases else marker[0] if marker else ""
+        reply = self._quick("end a run on", first, keys, args, retry=False)
+        if reply is None or (reply and reply[0] == _QUEUED):
+            return None
+        return [answer == 1 for answer in reply]
+
+    def _quick(
+        self, what: str, key: str, keys: list[str], args: list[Any], *, retry: bool = True
+    ) -> list[Any] | None:
+        """One call of ``lua/runs.lua`` (``what`` to ``key``, for an error's message); None
+        on a server in cluster mode, which refused it before running it."""
+        backend = self._backend
+        script = self._runs.get(len(keys))
+        if script is None:
+            script = self._runs[len(keys)] = backend.new_script(len(keys), "runs")
+        crossslot = backend._redis.exceptions.ClusterCrossSlotError
+
+        def run() -> list[Any] | None:
+            try:
+                return list(script(*keys, *args))
+            except crossslot:
+                return None  # CROSSSLOT: refused before it ran, nothing was done
+
+        reply = backend._call(what, run, retry=retry, key=key)
+        if reply is None:
+            log.info("%s runs in cluster mode: batches go one lock at a time", backend.describe())
+            self.one_slot = True
+        return reply
 
     def _run(
         self, what: str, keys: list[str], ops: list[tuple[Any, ...]], *, retry: bool = False

@@ -31,18 +31,19 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import secrets
 import threading
 import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import psycopg
 from psycopg import errors as pg_errors
-from psycopg.types.numeric import Int8
 
 from ...errors import BackendError, BackendUnavailable, ConfigError, NotSupported
 from ...url import LockURL
 from ..base import Backend, Capability, Grade, Grant, Lease, Waiter
-from .pgpool import BoundedConnection, PgPool, translated
+from .pgpool import IDLE, BoundedConnection, PgPool, translate, translated
 from .pgsessions import HeldSessions
 from .pgwait import STATEMENT_MARGIN_MS
 from .postgres import postgres_conninfo
@@ -51,9 +52,23 @@ from .schema import SERVER_OPTIONS
 __all__ = ["PgAdvisoryBackend", "advisory_id"]
 
 SCOPES = ("session", "transaction")
-#: session scope's statements; their transaction-scope counterparts are in ``_run_on_lock``
-TAKE_SQL = "SELECT pg_try_advisory_lock(%s)"
-RELEASE_SQL = "SELECT pg_advisory_unlock(%s)"
+#: what :meth:`PgAdvisoryBackend._on_lock` does: an index into the statements below
+TAKE, RELEASE = 0, 1
+VERBS = ("acquire", "release")
+FUNCTIONS = (b"pg_try_advisory_lock", b"pg_advisory_unlock")
+#: session scope: a connection's first statement prepares both (their names), then runs one
+PREPARE_SQL = (
+    b"PREPARE %s(bigint) AS SELECT pg_try_advisory_lock($1); "
+    b"PREPARE %s(bigint) AS SELECT pg_advisory_unlock($1); SELECT %s(%d)"
+)
+#: transaction scope: the lock lives in a transaction opened by the take, ended by the release
+XACT_TAKE_SQL = b"BEGIN; SELECT pg_try_advisory_xact_lock(%d)"
+XACT_RELEASE_SQL = b"COMMIT; SELECT true"
+BINARY = [1]
+#: a true ``boolean``, in text (the simple protocol) and binary (prepared statements)
+TRUE = (b"t", b"\x01")
+#: the answers of :meth:`PgAdvisoryBackend.try_acquire` (a Grant is immutable)
+GRANTED, BUSY = Grant(True, None), Grant(False)
 _inherited: list[BoundedConnection] = []
 
 
@@ -108,24 +123,45 @@ class PgAdvisoryBackend(Backend):
 
     # -- statements ------------------------------------------------------------------------------
 
-    def _first(
-        self, conn: BoundedConnection, sql: str, what: str, lock_id: int | None = None
-    ) -> Any:
-        """Run ``sql`` on ``conn``: the first column of the last statement's first row.
-        Without ``lock_id``: one or more statements, no parameters (the simple protocol, one
-        round trip). With it: one statement taking it as its only parameter, prepared on the
-        connection on first use (session scope only: its connections keep their server
-        session, checked by :meth:`_check_pinned`), so the server parses and plans it once."""
-        cursor = conn.kept_cursor()
+    def _ask(self, conn: BoundedConnection, sql: bytes, what: str) -> bytes | None:
+        """Run ``sql`` (one or more statements, no parameters: the simple protocol, one round
+        trip) on ``conn``: the first column of the last statement's first row, as text."""
         with translated(what, self._pool.where):
-            if lock_id is not None:
-                row = cursor.execute(sql, (Int8(lock_id),), prepare=True).fetchone()
-                return row[0] if row else None
-            cursor.execute(sql)
-            while cursor.nextset():
-                pass
-            row = cursor.fetchone() if cursor.pgresult and cursor.pgresult.ntuples else None
-        return row[0] if row else None
+            conn.pgconn.send_query(sql)
+            return conn.answer().get_value(0, 0)
+
+    def _on_lock(self, conn: BoundedConnection, which: int, key: str) -> bool:
+        """Take (``which``: :data:`TAKE`, without waiting) or release (:data:`RELEASE`)
+        ``key``'s lock on ``conn`` in one round trip; True if it was taken or freed.
+
+        Session scope runs statements prepared on the connection (its connections keep their
+        server session, checked by :meth:`_check_pinned`), with the lock id as a binary
+        parameter, straight through libpq: the server parses and plans nothing per call, and
+        the client adapts and builds nothing. They are prepared, with unique names, by the
+        connection's first statement in the same round trip. Transaction scope sends its
+        counterparts in the lock's transaction: a pooler runs the next statement on another
+        server session, where nothing prepared exists."""
+        lock_id = advisory_id(key)
+        pgconn = conn.pgconn
+        try:
+            names = conn.prepared_names
+            if self.scope == "transaction":
+                pgconn.send_query(XACT_TAKE_SQL % lock_id if which == TAKE else XACT_RELEASE_SQL)
+            elif names:
+                pgconn.send_query_prepared(
+                    names[which], [lock_id.to_bytes(8, "big", signed=True)], BINARY, 1
+                )
+            else:
+                # a server session may outlive our connection (a session-mode pooler without
+                # a reset query hands it to the next client): names of our own never collide
+                tag = secrets.token_hex(8).encode()
+                names = (b"lockkit_take_" + tag, b"lockkit_release_" + tag)
+                pgconn.send_query(PREPARE_SQL % (*names, FUNCTIONS[which], lock_id))
+            value = conn.answer().get_value(0, 0)
+            conn.prepared_names = names
+        except psycopg.Error as exc:  # not translated(): a context manager per call shows here
+            raise translate(exc, f"{VERBS[which]} {key!r}", self._pool.where) from exc
+        return value in TRUE
 
     def _check_pinned(self) -> None:
         """Refuse session scope when server sessions are not tied to our connections (a
@@ -143,7 +179,7 @@ class PgAdvisoryBackend(Backend):
             try:
                 what = "read the server process id"
                 pids = [
-                    self._first(conn, "SELECT pg_backend_pid()", what)
+                    int(self._ask(conn, b"SELECT pg_backend_pid()", what) or 0)
                     for conn in (first, second, first)
                 ]
             finally:
@@ -163,19 +199,9 @@ class PgAdvisoryBackend(Backend):
                 )
             self._pinned_checked = True
 
-    def _run_on_lock(self, conn: BoundedConnection, session_sql: str, key: str, what: str) -> Any:
-        """Run the session-scope statement ``session_sql`` (its parameter: ``key``'s lock id),
-        or in transaction scope its counterpart in the lock's transaction."""
-        lock_id = advisory_id(key)
-        if self.scope == "session":
-            return self._first(conn, session_sql, what, lock_id)
-        if session_sql is TAKE_SQL:
-            return self._first(conn, f"BEGIN; SELECT pg_try_advisory_xact_lock({lock_id:d})", what)
-        return self._first(conn, "COMMIT; SELECT true", what)
-
     def _give_back(self, conn: BoundedConnection) -> None:
         """Return ``conn`` to the pool once nothing of a lock is left on it."""
-        if conn.info.transaction_status != 0:  # an aborted or open transaction: end it
+        if conn.pgconn.transaction_status != IDLE:  # an aborted or open transaction: end it
             try:
                 with translated("end a transaction", self._pool.where):
                     conn.execute("ROLLBACK")
@@ -187,19 +213,19 @@ class PgAdvisoryBackend(Backend):
 
     def try_acquire(self, key: str, owner: str, ttl: float) -> Grant:
         if self._sessions.get(key, owner) is not None:
-            return Grant(True, None)  # a retried request: the session holds it already
+            return GRANTED  # a retried request: the session holds it already
         self._check_pinned()
         conn, _ = self._pool.take(f"acquire {key!r}")
         try:
-            taken = self._run_on_lock(conn, TAKE_SQL, key, f"acquire {key!r}")
+            taken = self._on_lock(conn, TAKE, key)
         except BaseException:
             conn.close()
             raise
         if taken:
             self._sessions.add(key, owner, conn)
-            return Grant(True, None)
+            return GRANTED
         self._give_back(conn)
-        return Grant(False)
+        return BUSY
 
     def release(self, key: str, owner: str) -> bool:
         session = self._sessions.get(key, owner)
@@ -211,12 +237,15 @@ class PgAdvisoryBackend(Backend):
             if session.lost is not None or session.conn.closed:
                 return False
             try:
-                freed = self._run_on_lock(session.conn, RELEASE_SQL, key, f"release {key!r}")
+                freed = self._on_lock(session.conn, RELEASE, key)
             except BackendUnavailable:
                 session.conn.close()  # the session ended, and the lock with it
                 return False
+            except BaseException:
+                session.conn.close()  # what is left on it is unknown: ending it frees the lock
+                raise
             self._give_back(session.conn)
-        return bool(freed)
+        return freed
 
     def extend(self, key: str, owner: str, ttl: float) -> bool:
         raise NotSupported(
@@ -249,18 +278,18 @@ class PgAdvisoryBackend(Backend):
                 f"SET statement_timeout = {wait_ms + STATEMENT_MARGIN_MS:d}; SET {limits}; "
                 f"SELECT pg_advisory_lock({lock_id:d}); "
                 "RESET lock_timeout; RESET statement_timeout; SELECT true"
-            )
+            ).encode()
         else:
             sql = (
                 f"BEGIN; SET LOCAL statement_timeout = {wait_ms + STATEMENT_MARGIN_MS:d}; "
                 f"SET LOCAL {limits}; SELECT pg_advisory_xact_lock({lock_id:d}); "
                 "SET LOCAL lock_timeout = 0; SET LOCAL statement_timeout = 0; SELECT true"
-            )
+            ).encode()
         conn, _ = self._pool.take(f"wait for {key!r}")
         conn.io_timeout = self._pool.io_timeout + wait_ms / 1000  # the server answers late
         try:
             try:
-                self._first(conn, sql, f"wait for {key!r}")
+                self._ask(conn, sql, f"wait for {key!r}")
             finally:
                 conn.io_timeout = self._pool.io_timeout
         except BackendError as exc:

@@ -11,12 +11,14 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.pq import ExecStatus
+from psycopg.generators import execute
+from psycopg.pq import ConnStatus, ExecStatus, TransactionStatus
+from psycopg.pq.abc import PGresult
 
 from ...errors import BackendError, BackendUnavailable, ConfigError
 from .idle import IdleConnections
 
-__all__ = ["MAX_IDLE", "BoundedConnection", "NoAnswer", "PgPool", "translated"]
+__all__ = ["MAX_IDLE", "BoundedConnection", "NoAnswer", "PgPool", "translate", "translated"]
 
 #: idle connections kept per backend; more are opened under load and closed when returned
 MAX_IDLE = 4
@@ -25,6 +27,10 @@ MAX_IDLE = 4
 #: cannot stretch the caller's timeout by a network timeout
 DEAD_ON_USE = 0.1
 TUPLES_OK = ExecStatus.TUPLES_OK
+#: plain ints: libpq's statuses as psycopg's ``pgconn`` and ``PGresult`` give them
+FATAL_ERROR = int(ExecStatus.FATAL_ERROR)
+CONNECTION_OK = int(ConnStatus.OK)
+IDLE = int(TransactionStatus.IDLE)
 
 
 class NoAnswer(psycopg.OperationalError):
@@ -43,6 +49,8 @@ class BoundedConnection(psycopg.Connection[Any]):
     #: the server process of a connection given up for want of an answer
     abandoned_pid: int | None = None
     _kept_cursor: psycopg.Cursor[Any] | None = None
+    #: names of the statements a backend prepared on this connection's server session
+    prepared_names: tuple[bytes, ...] = ()
 
     def kept_cursor(self) -> psycopg.Cursor[Any]:
         """One cursor for all of this connection's statements: ``execute()`` on the
@@ -50,6 +58,20 @@ class BoundedConnection(psycopg.Connection[Any]):
         if self._kept_cursor is None:
             self._kept_cursor = self.cursor()
         return self._kept_cursor
+
+    def answer(self) -> PGresult:
+        """The last result of the query just sent on :attr:`pgconn` (``send_query*``), waited
+        for within ``io_timeout`` like every exchange; a statement the server refused raises
+        psycopg's error for it. For statements that psycopg's cursor would only slow down (it
+        adapts parameters and builds a result object per call, more client time than the
+        advisory lock cycle's two round trips): the caller holds the connection alone."""
+        results: list[PGresult] = self.wait(execute(self.pgconn))
+        for result in results:
+            if result.status == FATAL_ERROR:
+                raise pg_errors.error_from_result(result, encoding=self.info.encoding)
+        if not results:  # pragma: no cover - libpq answers every query with a result
+            raise psycopg.OperationalError(self.pgconn.get_error_message())
+        return results[-1]
 
     def wait(
         self,
@@ -67,21 +89,28 @@ class BoundedConnection(psycopg.Connection[Any]):
             raise NoAnswer(f"no answer from the server within {self.io_timeout:g} s") from exc
 
 
-@contextmanager
-def translated(what: str, where: str) -> Iterator[None]:
-    """Turn psycopg's errors into lockkit's, naming what we were doing and on which server."""
-    try:
-        yield
-    except pg_errors.InsufficientPrivilege as exc:
-        raise ConfigError(
+def translate(exc: psycopg.Error, what: str, where: str) -> Exception:
+    """Lockkit's error for psycopg's ``exc``, naming what we were doing and on which server;
+    raise it ``from exc``. For hot paths, where :func:`translated` would cost more than the
+    statement's own client time: ``except psycopg.Error as exc: raise translate(...)``."""
+    if isinstance(exc, pg_errors.InsufficientPrivilege):
+        return ConfigError(
             f"PostgreSQL at {where} refused to {what}: {exc}; grant the lock user rights on "
             "the lease table, or have an administrator create it with 'lockkit migrate URL' "
             "(--sql prints the statements)"
-        ) from exc
-    except psycopg.OperationalError as exc:
-        raise BackendUnavailable(f"PostgreSQL at {where} could not {what}: {exc}") from exc
+        )
+    if isinstance(exc, psycopg.OperationalError):
+        return BackendUnavailable(f"PostgreSQL at {where} could not {what}: {exc}")
+    return BackendError(f"PostgreSQL at {where} failed to {what}: {exc}")
+
+
+@contextmanager
+def translated(what: str, where: str) -> Iterator[None]:
+    """Turn psycopg's errors into lockkit's (:func:`translate`) in its block."""
+    try:
+        yield
     except psycopg.Error as exc:
-        raise BackendError(f"PostgreSQL at {where} failed to {what}: {exc}") from exc
+        raise translate(exc, what, where) from exc
 
 
 class PgPool(IdleConnections[BoundedConnection]):
@@ -116,7 +145,9 @@ class PgPool(IdleConnections[BoundedConnection]):
 
     def give(self, conn: BoundedConnection) -> None:
         """Return ``conn`` for reuse, or close it if it is broken or enough are idle."""
-        if conn.closed or conn.broken or conn.info.transaction_status != 0:  # 0: IDLE
+        # libpq's own status (``conn.info`` builds an object and an enum per call)
+        pgconn = conn.pgconn
+        if pgconn.status != CONNECTION_OK or pgconn.transaction_status != IDLE:
             conn.close()
             return
         if not self._keep(conn):

@@ -13,7 +13,8 @@ from ..base import Backend, Capability, Grade, Grant, Lease, Waiter, owner_id
 from .admin import force_release, list_leases, read_lease
 from .aio import Sender, ZooKeeperOps
 from .claims import UNSENT, Claims, claim_delay
-from .nodes import NodeData, node_owner, remaining_ms
+from .nodes import NodeData, node_owner
+from .queue import behind
 from .session import Session, Steps, client_kwargs, ensemble
 from .shared import SharedPlaces
 from .tree import LockTree, Mine, Nodes, op
@@ -185,64 +186,14 @@ class ZooKeeperBackend(Backend):
             ahead = children[index - 1]
             head = children[0]
             del children, listed, ours
-            busy = yield from self._busy(key, owner, mine, waiter, head, ahead, index)
+            busy = yield from behind(
+                self.tree, key, mine, waiter, head, ahead, index, self._session_timeout
+            )
             if busy is not None:
+                if waiter is None:
+                    self._nodes.pop((key, owner), None)  # behind() dropped our node
                 return busy
         return Grant(False)
-
-    def _busy(
-        self,
-        key: str,
-        owner: str,
-        mine: Mine,
-        waiter: ZooKeeperWaiter | None,
-        head_name: str,
-        ahead_name: str,
-        index: int,
-    ) -> Steps[Grant | None]:
-        """The answer for an owner whose node is at ``index`` (> 0) in the queue, behind
-        ``ahead_name``, ``head_name`` first; None to look again (the queue changed)."""
-        from kazoo.exceptions import NoNodeError
-
-        parent = self.tree.parent(key)
-        head = f"{parent}/{head_name}"
-        if waiter is None:
-            try:
-                raw, stat = yield from self.tree.call(
-                    f"read the holder of {key!r}", op("get_async", head)
-                )
-            except NoNodeError:
-                return None
-        else:
-            # Watch the node just ahead of us, for its deletion (a child watch) and for its
-            # claim (a data watch): see waiter.py. One round trip for both.
-            ahead = f"{parent}/{ahead_name}"
-            wake = waiter.watching(ahead, holds=index == 1)
-            got, listed = yield from self.tree.call_all(
-                f"watch the queue of {key!r}",
-                op("get_async", ahead, wake),
-                op("get_children_async", ahead, wake),
-            )
-            if isinstance(got, NoNodeError) or isinstance(listed, NoNodeError):
-                return None
-            raw, stat = got
-            waiter.saw(ahead, NodeData.decode(raw).term_ms)
-            if index > 1:
-                # Further back in the queue: only the node ahead matters (the holder's lease
-                # is the business of the one right behind it).
-                return Grant(False, retry_after=self._session_timeout)
-        left = remaining_ms(stat.mtime, NodeData.decode(raw).lease_ms, self.tree.server_now())
-        if left is not None and left <= 0:
-            # The holder's lease ran out on the server's clock (it stopped renewing):
-            # remove its node, unless it renewed meanwhile (the version says so).
-            yield from self.tree.delete(head, stat.version)
-            return None
-        retry_after = None if left is None else left / 1000.0
-        if waiter is None:
-            yield from self.tree.delete(mine.path)
-            self._nodes.pop((key, owner), None)
-            return Grant(False, retry_after=retry_after)
-        return Grant(False, retry_after=retry_after or self._session_timeout)
 
     def _claim_later(self, key: str, mine: Mine, ms: int) -> Grant:
         """Hold the lock with a node known to be first, and answer at once; its claim is sent
