@@ -281,7 +281,7 @@ def test_the_script_run_is_the_file_as_written(kit: LockKit) -> None:
 
     lua = resources.files("lockkit_core.backends.redis").joinpath("lua")
     names = sorted(entry.name for entry in lua.iterdir() if entry.name.endswith(".lua"))
-    assert names == ["lock.lua", "shared.lua"]
-    for name in ("lock", "shared"):
+    assert names == ["lock.lua", "runs.lua", "shared.lua"]
+    for name in ("lock", "runs", "shared"):
         script = Script(kit.backend.client, name, 4)  # type: ignore[attr-defined]
         assert script.source == lua.joinpath(f"{name}.lua").read_text()
