@@ -86,7 +86,8 @@ def _round(task: Any, start: int, count: int) -> float:
 
 def _count(server: RedisServer) -> None:
     """Print every command each contender sends the store for one fresh call (enqueue and
-    run, in eager mode: the same lock code as a worker), from redis MONITOR."""
+    run, in eager mode: the same lock code as a worker), from redis MONITOR, and how many
+    commands its scripts ran inside the server."""
     from .redis_monitor import CommandCounter
 
     contenders = _contenders(server.url)
@@ -97,7 +98,7 @@ def _count(server: RedisServer) -> None:
         task.delay(-1)  # scripts loaded, connections open
         with CommandCounter(server.port) as seen:
             task.delay(-2)
-        print(f"{name}: {seen.total} round trips")
+        print(f"{name}: {seen.total} round trips, {len(seen.scripted)} commands inside scripts")
         for line in seen.lines:
             print(f"    {line[:160]}")
 
@@ -123,9 +124,9 @@ def _worker_rounds(server: RedisServer, tasks: int, rounds: int, pinning: str) -
     base = server.url.rsplit("/", 1)[0]
     os.environ["BENCH_REDIS"] = base
     here = Path(__file__).resolve().parent
-    sys.path.insert(0, str(here))
-    import celery_worker_app as bench
     import redis
+
+    from . import celery_worker_app as bench
 
     (pin,) = choose_pinnings((pinning,))
     assert server.pid is not None
@@ -145,7 +146,9 @@ def _worker_rounds(server: RedisServer, tasks: int, rounds: int, pinning: str) -
     names = list(bench.TASKS)
     wall: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
-    parts = {part: {name: [] for name in names} for part in _PARTS}
+    parts: dict[str, dict[str, list[float]]] = {
+        part: {name: [] for name in names} for part in _PARTS
+    }
     commands: dict[str, dict[str, tuple[float, float]]] = {}
     try:
         for i in range(rounds + 1):  # the first round warms the worker up

@@ -76,7 +76,7 @@ def _lockkit(url: str, key: str, fair: bool) -> Handle:
         sent[0] += 1
         start_watch(self, *args, **kwargs)
 
-    gateway.GatewayClient._call = counted_call  # type: ignore[method-assign]
+    gateway.GatewayClient._call = counted_call  # type: ignore[method-assign,assignment]
     watch.Watch.__init__ = counted_watch  # type: ignore[method-assign]
     kit = LockKit(url, ttl=TTL)
     lock = kit.lock(key, fair=fair)

@@ -9,13 +9,17 @@ Two measurements on one fresh redis-server:
    arrive in: a multiprocessing queue sends from a thread of its own, and on a busy CPU
    a report may overtake the one of the process served before;
 2. speed: the contention scenario of ``benchmarks.contended`` (``--processes`` processes on
-   one key), the two locks taking turns ``--repeats`` times; the medians of sections/s;
+   one key), the two locks taking turns ``--repeats`` times; the medians of sections/s, and
+   of the redis-server's CPU time per section (what it ran, from ``/proc``: less sensitive to
+   other work on the machine than the rates, which are wall-clock), and of the share of
+   sections that went to another process than the one before;
 3. round trips: one more short run of each under ``MONITOR`` (which slows the server, so it
    is never timed): the lock commands clients sent (EVALSHA, BLPOP) per section, and the
    server's read events (``total_reads_processed``, one per client write that reached it,
    so two pipelined commands count once) per section.
 
-The target: FIFO 100 % with ``fair=True`` at >= 90 % of the default lock's sections/s.
+The target: FIFO 100 % with ``fair=True`` at >= 90 % of the default lock's sections/s. The
+load average is printed before and after: on a shared machine, say it next to the rates.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import multiprocessing
+import os
 import statistics
 import sys
 import time
@@ -32,7 +37,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import scenarios
-from .machine import choose_pinnings, pin_self
+from .machine import choose_pinnings, cpu_ns, pin_self
 from .redis_monitor import CommandCounter
 from .scenarios import Settings
 from .servers import BenchRedis, redis_server
@@ -112,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         Settings(), seconds=args.seconds, processes=args.processes, contention_rounds=1
     )
     (pinning,) = choose_pinnings(("same",))
+    started = os.getloadavg()
     with redis_server(pinning.server_cpu) as server:
         pin_self(pinning.client_cpu)
         orders = [_order(server.url, server.client, args.processes) for _ in range(args.rounds)]
@@ -123,21 +129,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             return server.url
 
         rates: dict[str, list[float]] = {name: [] for name in _NAMES}
+        server_us: dict[str, list[float]] = {name: [] for name in _NAMES}
+        switched: dict[str, list[float]] = {name: [] for name in _NAMES}
         for repeat in range(args.repeats):
             names = _NAMES if repeat % 2 == 0 else _NAMES[::-1]
-            for row in scenarios.contention(names, fresh, settings, pinning.client_cpu):
+            for name in names:
+                ran = cpu_ns(server.pid) if server.pid is not None else 0
+                (row,) = scenarios.contention([name], fresh, settings, pinning.client_cpu)
                 if "error" in row:
-                    raise RuntimeError(f"{row['library']}: {row['error']}")
-                rates[row["library"]].append(float(row["per_second"]))
+                    raise RuntimeError(f"{name}: {row['error']}")
+                rates[name].append(float(row["per_second"]))
+                switched[name].append(100.0 * float(row["handoff_share"]))
+                if server.pid is not None:
+                    ran = cpu_ns(server.pid) - ran
+                    server_us[name].append(ran / 1000.0 / max(1, int(row["sections"])))
         trips = _round_trips(server, settings, pinning.client_cpu)
     default, fair = (statistics.median(rates[name]) for name in _NAMES)
     print(f"redis:// fair=True, {args.processes} processes ({pinning.note})")
+    print(f"  load average {started[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     print(f"  order: {args.rounds} rounds, served as queued: {fifo:.0f} %  {orders}")
     for name in _NAMES:
         shown = ", ".join(f"{rate:,.0f}" for rate in rates[name])
         print(
             f"  {name:<18} sections/s median {statistics.median(rates[name]):>7,.0f}  ({shown})"
             f"  per section: {trips[name][0]:.2f} commands, {trips[name][1]:.2f} reads"
+        )
+        if server_us[name]:
+            shown = ", ".join(f"{us:.0f}" for us in server_us[name])
+            print(
+                f"  {'':<18} redis-server CPU per section median "
+                f"{statistics.median(server_us[name]):.0f} µs  ({shown})"
+            )
+        # barging keeps one process going; strict order changes process on every section
+        print(
+            f"  {'':<18} the next section in another process: median "
+            f"{statistics.median(switched[name]):.0f} % of sections"
         )
     ratio = fair / default
     met = fifo == 100.0 and ratio >= 0.9

@@ -177,13 +177,14 @@ def start_run(
     Whatever it took is given back before it answers a :class:`Duplicate` or raises."""
     kit = records.kit
     check_call_key(key)
-    run = kit.lock(run_key(task_id), ttl=opts.ttl, auto_renew=True, reentrant=False)
+    name = run_key(task_id)
+    run: Lock | None = None
     batched, refused, adopted = False, False, None
     if owner:
         # Steps 1 and 2 in one store operation (Backend.begin_run): a copy that does not get
         # the run record does not touch the key.
         claim = kit.lock(
-            run.key, owner=new_owner_token(), ttl=opts.ttl, auto_renew=True, reentrant=False
+            name, owner=new_owner_token(), ttl=opts.ttl, auto_renew=True, reentrant=False
         )
         handle = kit.lock(
             key, owner=owner, ttl=opts.ttl, auto_renew=True, reentrant=False, template=task_name
@@ -199,9 +200,11 @@ def start_run(
                 handle.hold_granted(kept, sent)
                 adopted = handle
         refused = not batched and opts.wait <= 0  # that was the one attempt
-    if not batched and (refused or not try_lock(run, opts.wait)):
-        reason = "finished" if records.finished(task_id) else "running"
-        return Duplicate(task_name, key, reason, task_id, task_id)
+    if run is None:  # no batch, or it did not take the run record: take it on its own
+        run = kit.lock(name, ttl=opts.ttl, auto_renew=True, reentrant=False)
+        if refused or not try_lock(run, opts.wait):
+            reason = "finished" if records.finished(task_id) else "running"
+            return Duplicate(task_name, key, reason, task_id, task_id)
     guard = RunGuard(records, key, task_id, opts, run, key_lock=adopted)
     try:
         if owner and not batched:  # the run record was waited for: adopt on its own

@@ -23,12 +23,10 @@ class LockCalls:
     queued waiters, its listener's channel, the floor of its fencing tokens and the name of
     its process."""
 
+    # set by RedisBackend.__init__, which says what each holds
     _queued: dict[tuple[str, str], RedisWaiter]
     _listener: Listener
-    # The highest fencing token this backend has seen on any key: no later grant is
-    # lower, even when the server lost its counters and its clock is behind.
     _floor: int
-    #: '<host> pid <pid>': which process holds a lease
     _holder_here: str
 
     def saw_token(self, token: int) -> int:
