@@ -17,7 +17,7 @@ from lockkit_core import LockKit
 from lockkit_core.backends.base import Grant
 from lockkit_core.backends.etcd import EtcdBackend
 from lockkit_core.backends.etcd.client import Call
-from lockkit_core.testing.etcd import EtcdServer, grpc_messages
+from lockkit_core.testing.etcd import EtcdServer, etcd_request, grpc_messages
 
 pytestmark = pytest.mark.etcd
 
@@ -212,3 +212,89 @@ def test_a_lock_handed_over_keeps_the_waiters_own_ttl(kit: LockKit, waiter_ttl: 
         assert leftovers(kit, "ttl") == []
 
     asyncio.run(main())
+
+
+def test_waiters_of_one_loop_and_another_process_are_served_in_the_order_they_asked(
+    kit: LockKit, etcd_server: EtcdServer
+) -> None:
+    """Every waiter of a line takes its place in etcd's queue as it asks (in batches), not
+    when it reaches the front: a waiter of another kit that asks after the second waiter of
+    this loop is served after it."""
+    with LockKit(etcd_server.url, namespace=kit.namespace, ttl=10.0) as other:
+
+        async def main() -> list[str]:
+            order: list[str] = []
+
+            async def take(on: LockKit, name: str) -> None:
+                lock = on.lock("fifo", fair=True)
+                assert await lock.aacquire(timeout=10)
+                order.append(name)
+                await asyncio.sleep(0.01)
+                await lock.arelease()
+
+            holder = kit.lock("fifo")
+            assert await holder.aacquire()
+            tasks = [asyncio.create_task(take(kit, "first here"))]
+            await asyncio.sleep(0.3)  # each asks well before the next comes
+            tasks.append(asyncio.create_task(take(kit, "second here")))
+            await asyncio.sleep(0.3)
+            tasks.append(asyncio.create_task(take(other, "other kit")))
+            await asyncio.sleep(0.3)
+            await holder.arelease()
+            await asyncio.wait_for(asyncio.gather(*tasks), 20)
+            return order
+
+        assert asyncio.run(main()) == ["first here", "second here", "other kit"]
+
+
+def test_a_line_whose_first_lost_its_queue_entry_is_still_served_in_order(
+    kit: LockKit, etcd_server: EtcdServer
+) -> None:
+    """The queue lease ends under the first waiter of a line (the loop stood still for its
+    3 s, say), and the waiters that come next queue on a new one: the first, queueing again,
+    would be behind them in etcd while they wait for it here. Their entries are taken out
+    and they queue again behind it; all are served, in the order they asked."""
+    backend = kit.backend
+    assert isinstance(backend, EtcdBackend)
+    with LockKit(etcd_server.url, namespace=kit.namespace, ttl=10.0) as other:
+
+        async def main() -> list[int]:
+            order: list[int] = []
+
+            async def take(i: int) -> None:
+                lock = kit.lock("lost", fair=True)
+                assert await lock.aacquire(timeout=10), f"waiter {i} timed out"
+                order.append(i)
+                await lock.arelease()
+
+            holder = other.lock("lost")  # held elsewhere: the first waiter watches it
+            assert await holder.aacquire()
+            lines = backend.aio().lines
+            full_key = holder.full_key
+
+            async def queued(count: int) -> None:
+                while True:
+                    line = lines.get(full_key)
+                    places = list(line.places) if line is not None else []
+                    if len(places) == count and all(p.waiter.queued_at for p in places):
+                        return
+                    await asyncio.sleep(0.01)
+
+            tasks = [asyncio.create_task(take(0))]
+            await queued(1)
+            first = lines[full_key].places[0].waiter
+            first_at = first.queued_at
+            lease = backend.queue._lease
+            assert lease is not None
+            etcd_request(etcd_server.port(), "lease/revoke", {"ID": lease.id})
+            tasks += [asyncio.create_task(take(1)), asyncio.create_task(take(2))]
+            await queued(3)
+            while first.queued_at == first_at:  # its next look finds its entry gone
+                await asyncio.sleep(0.01)
+            await queued(3)
+            await holder.arelease()
+            await asyncio.wait_for(asyncio.gather(*tasks), 20)
+            return order
+
+        assert asyncio.run(main()) == [0, 1, 2]
+    assert leftovers(kit, "lost") == []

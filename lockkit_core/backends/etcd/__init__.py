@@ -43,9 +43,10 @@ tries again every second until it answers, with no other call needed (an attempt
 the outage may still arrive when the link heals, and would otherwise take the key for a caller
 that is gone, for the lease's whole TTL).
 
-**On an event loop** the waiters of one key stand in a line on the loop and only the first
-speaks to etcd; a release on that loop hands the lock to it in place, in one transaction
-(:mod:`.line`, :mod:`.handover`).
+**On an event loop** the waiters of one key stand in a line on the loop: each is queued as
+it asks, many per transaction, but only the first tries and watches; a release on that loop
+hands the lock to it in place, in one transaction (:mod:`.line`, :mod:`.batch`,
+:mod:`.handover`).
 """
 
 from .backend import EtcdBackend

@@ -3,8 +3,8 @@ process in one transaction, instead of a lease revoke, a woken waiter's read, tr
 
 The transaction compares that the record is still the holder's (its lease and the revision of
 our last write) and that the waiter is first in the key's queue (or, unqueued, that nobody
-queues); it then rewrites the record for the waiter under the same lease, deletes the
-waiter's queue entry and queues the next waiter of this process in its place. The record's
+queues); it then rewrites the record for the waiter under the same lease and deletes the
+waiter's queue entry (the waiters behind it are queued already, see :mod:`.batch`). The record's
 create revision stays, so the token is carried in its value: the last holder's plus one.
 That is never more than the hand-over's own revision (every earlier token was at most the
 revision it was given at, and each hand-over is a write), so any record created afterwards
@@ -28,20 +28,12 @@ __all__ = ["handing_over", "handover_body"]
 
 
 def handover_body(
-    key: str,
-    held: Held,
-    value: str,
-    *,
-    queued_at: int | None,
-    entry: str,
-    next_entry: str | None,
-    queue_lease: int | None,
+    key: str, held: Held, value: str, *, queued_at: int | None, entry: str
 ) -> dict[str, Any]:
     """The ``kv/txn`` body: put ``value`` (the waiter's record) under the holder's lease if
     the record is still at the holder's last write and the waiter (queued at ``queued_at``,
-    its queue entry ``entry``) goes first; queue ``next_entry`` under ``queue_lease``. Its
-    last two responses read the new entry and the newest two of the queue, as a joining
-    attempt's do (see :meth:`.waiter.EtcdWaiter.joined`)."""
+    its queue entry ``entry``; None: not queued, then nobody may queue) goes first, and
+    delete the waiter's entry."""
     lkey = b64(lock_key(key))
     queue = queue_prefix(key)
     span = {"key": b64(queue), "range_end": b64(prefix_end(queue))}
@@ -59,21 +51,6 @@ def handover_body(
         success.append({"request_delete_range": {"key": b64(entry)}})
     else:
         compare.append({**span, "target": "VERSION", "result": "EQUAL", "version": 0})
-    if next_entry is not None:
-        mine = b64(next_entry)
-        success.append({"request_put": {"key": mine, "value": "", "lease": queue_lease}})
-        success.append({"request_range": {"key": mine, "keys_only": True}})
-        success.append(
-            {
-                "request_range": {
-                    **span,
-                    "sort_order": "DESCEND",
-                    "sort_target": "CREATE",
-                    "limit": 2,
-                    "keys_only": True,
-                }
-            }
-        )
     return {"compare": compare, "success": success}
 
 
@@ -86,43 +63,28 @@ def handing_over(
     after: EtcdWaiter | None,
 ) -> Steps[Grant | None]:
     """Release ``owner``'s lock on ``key`` by handing it to the waiter ``to`` (which asks
-    for ``ttl``), queueing ``after`` (the next waiter here, if any) in etcd; the waiter's
-    grant, or None when it cannot be done so (nothing changed: release as usual). An error
-    leaves it unknown whether it was done: releasing as usual then frees the key either way
-    (the record is under the holder's lease)."""
+    for ``ttl``); the waiter's grant, or None when it cannot be done so (nothing changed:
+    release as usual). ``after``, the next waiter here, gets the lock lease ``to`` no longer
+    needs. An error leaves it unknown whether it was done: releasing as usual then frees the
+    key either way (the record is under the holder's lease)."""
     held = backend.held(key, owner)
     if held is None or not held.mod or held.fence is None or held.lease.ttl == 0:
         return None  # a hold adopted from elsewhere, or one we know too little of
     if not (yield from backend.leases.fit(held.lease, ttl)):
         return None  # its lease cannot cover the waiter's ttl: a fresh grant will
-    queue_lease = (yield from backend.queue.lease()).id if after is not None else None
-    next_entry = queue_entry(key, owner_id(after.owner)) if after is not None else None
     token = held.fence + 1
     started = time.time()
+    value = backend.record_value(to.owner, ttl, started, token)
     body = handover_body(
-        key,
-        held,
-        backend.record_value(to.owner, ttl, started, token),
-        queued_at=to.queued_at,
-        entry=queue_entry(key, owner_id(to.owner)),
-        next_entry=next_entry,
-        queue_lease=queue_lease,
+        key, held, value, queued_at=to.queued_at, entry=queue_entry(key, owner_id(to.owner))
     )
     sent = time.monotonic()
-    if after is not None:
-        after.join_in_flight = True  # until the answer is read: its entry may be there
     answer = yield Call("kv/txn", body, f"hand {key!r} over")
-    if after is not None:
-        after.join_in_flight = False
     if not answer.get("succeeded"):
         return None
     revision = int(answer["header"]["revision"])
     backend.handed(key, owner, to.owner, Held(held.lease, ttl, started, token, revision, token))
     to.handed()
     if after is not None:
-        assert next_entry is not None and queue_lease is not None
-        ranges = [r.get("response_range", {}) for r in answer.get("responses", [])[-2:]]
-        after.joined(revision, b64(next_entry), ranges, queue_lease)
-        after.failed = True
         to.pass_lease(after)
     return Grant(True, token, since=sent)

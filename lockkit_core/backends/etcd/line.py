@@ -1,25 +1,21 @@
 """``etcd://`` on an event loop: the lock operations, and the line its asyncio waiters of one
 key stand in.
 
-The waiters of one key on one loop stand in a :class:`Line`, in the order they asked. Only
-the first (the front) speaks to etcd: it queues in the key's queue and watches as a blocking
-waiter does (:mod:`.waiter`); the others wait their turn on the loop and send nothing, so a
-thousand waiting tasks cost one queue entry and one watch, not a thousand of each.
+The waiters of one key on one loop stand in a :class:`Line`, in the order they asked. Each
+takes its place in the key's etcd queue as it asks, many in one transaction (:mod:`.batch`),
+so waiters of other processes are served in the order they asked too; but only the first
+(the front) tries and watches as a blocking waiter does (:mod:`.waiter`). The others wait
+their turn on the loop and send nothing, so a thousand waiting tasks cost a few transactions
+and one watch, not a thousand watches re-read every second.
 
 A release made on this loop while the front is first in etcd's queue (or nobody queues)
 hands the lock over in place, in one transaction (:mod:`.handover`): the record is rewritten
-for the front under the same lease, its queue entry is deleted, and the next in line is
-queued in etcd in its stead. The front gets the grant at once and sends nothing; while a
-holder of this loop has the key, the front does not watch: it waits on the loop for that
-release, and looks at the store once per :data:`~.waiter.WAIT_SLICE` (a holder that loses
-its lease without releasing). Anything else (the front not ready, another process queued
-first, a lease too short for the front's ttl) is the usual release, and the front looks at
-the store at once.
-
-Order: waiters of this loop are served in the order they asked, and queued ones of other
-processes before any of them that is not queued yet; a waiter of another process that
-queues while the front waits goes before the rest of this loop's line (which is in etcd's
-queue one at a time), as with mysql://'s room.
+for the front under the same lease and its queue entry is deleted. The front gets the grant
+at once and sends nothing; while a holder of this loop has the key, the front does not
+watch: it waits on the loop for that release, and looks at the store once per
+:data:`~.waiter.WAIT_SLICE` (a holder that loses its lease without releasing). Anything else
+(the front not ready, another process queued first, a lease too short for the front's ttl)
+is the usual release, and the front looks at the store at once.
 """
 
 from __future__ import annotations
@@ -34,6 +30,7 @@ from ..aio import AsyncOps, AsyncWaiter
 from ..base import Grant
 from .aio import AsyncGateway
 from .backend import EtcdBackend
+from .batch import BATCH_MAX, queueing, unqueueing
 from .handover import handing_over
 from .waiter import WAIT_SLICE, EtcdWaiter
 
@@ -72,6 +69,18 @@ class Line:
         self.by_owner: dict[str, Place] = {}
         #: a hand-over on its way (its places must not leave until it is answered)
         self.handing: asyncio.Future[None] | None = None
+        #: a batch of queue entries on its way (the same)
+        self.enqueuing: asyncio.Future[None] | None = None
+        #: the task that queues the places behind the front in etcd (see :mod:`.batch`)
+        self.enqueuer: asyncio.Future[None] | None = None
+        #: a batch failed: it is unknown which of its places are queued, so no later place
+        #: may be (it would be before them in etcd's queue, and they would wait for it
+        #: while it waits for them here); the rest join etcd's queue at the front
+        self.enqueue_failed = False
+
+    def busy(self) -> asyncio.Future[None] | None:
+        """A request on its way that may change its places' entries, if any."""
+        return self.handing or self.enqueuing
 
     def front(self) -> Place | None:
         return self.places[0] if self.places else None
@@ -89,6 +98,7 @@ class Line:
         first = self.places[0] is place
         self.places.remove(place)
         if first and self.places and not self.places[0].turn.done():
+            self.places[0].waiter.reached_front()
             self.places[0].turn.set_result(None)
 
 
@@ -116,6 +126,12 @@ class EtcdOps(AsyncOps):
             if not place.turn.done():
                 # Someone here asked first and goes first: reaching the front wakes us.
                 return Grant(False, retry_after=TURN_WAIT)
+            line = self.lines[key]
+            while (busy := line.busy()) is not None:  # it may be putting our queue entry
+                await asyncio.shield(busy)
+            handed = await self._handed(place)
+            if handed is not None:
+                return handed
             place.wake.clear()  # this look at the store is the one a release asks for
             place.busy = True
         try:
@@ -123,9 +139,34 @@ class EtcdOps(AsyncOps):
         finally:
             if place is not None:
                 place.busy = False
+        if place is not None:
+            line = self.lines[key]
+            if not grant.acquired:
+                await self._keep_order(key, line, place)
+            self._enqueue_soon(key, line)  # those behind it, now that it may be queued
         if grant.acquired:
             self.holders[key] = owner
         return grant
+
+    async def _keep_order(self, key: str, line: Line, front: Place) -> None:
+        """If ``front`` is not queued before everyone behind it (see :mod:`.batch`), take
+        their entries out: the enqueuer queues them again behind it."""
+        while (busy := line.busy()) is not None:
+            await asyncio.shield(busy)
+        mine = front.waiter.queued_at
+        behind = [p.waiter for p in list(line.places)[1:] if p.waiter.queued_at is not None]
+        if not behind or (mine is not None and all((w.queued_at or 0) >= mine for w in behind)):
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        line.enqueuing = done
+        try:
+            for start in range(0, len(behind), BATCH_MAX):
+                await self.gateway.run(unqueueing(key, behind[start : start + BATCH_MAX]))
+        except BackendError:
+            line.enqueue_failed = True
+        finally:
+            line.enqueuing = None
+            done.set_result(None)
 
     async def _handed(self, place: Place) -> Grant | None:
         """The grant a release handed ``place`` (once one on its way is answered), if any."""
@@ -208,7 +249,44 @@ class EtcdOps(AsyncOps):
             line = self.lines[key] = Line()
         place = Place(made)
         line.join(place)
+        if line.front() is not place:
+            self._enqueue_soon(key, line)
         return LineWaiter(self, line, place)
+
+    def _enqueue_soon(self, key: str, line: Line) -> None:
+        if line.enqueuer is None and not line.enqueue_failed and len(line.places) > 1:
+            line.enqueuer = asyncio.ensure_future(self._enqueue(key, line))
+
+    async def _enqueue(self, key: str, line: Line) -> None:
+        """Queue in etcd the places behind the front not queued yet, in the order they
+        asked, :data:`~.batch.BATCH_MAX` per transaction (see :mod:`.batch`)."""
+        try:
+            await asyncio.sleep(0)  # those that ask in this iteration of the loop come along
+            while True:
+                places = [
+                    place
+                    for place in line.places
+                    if place.waiter.queued_at is None and not place.waiter.join_in_flight
+                ][:BATCH_MAX]
+                front = line.front()
+                if not places or (front in places and front is not None and front.busy):
+                    # (the front's attempt on its way may queue it: ours follow once it ends)
+                    return
+                waiters = [place.waiter for place in places]
+                done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                line.enqueuing = done
+                try:
+                    await self.gateway.run(queueing(self.backend, key, waiters))
+                except BackendError:
+                    line.enqueue_failed = True
+                    return
+                finally:
+                    line.enqueuing = None
+                    done.set_result(None)
+                if front is not None and front.waiter in waiters:
+                    front.waiter.reached_front()  # nobody of its line is before it
+        finally:
+            line.enqueuer = None
 
 
 class LineWaiter(AsyncWaiter):
@@ -272,8 +350,8 @@ class LineWaiter(AsyncWaiter):
             return
         self._closed = True
         ops, line, place = self._ops, self._line, self._place
-        while line.handing is not None:  # it may hand the lock to us, or queue us
-            await asyncio.shield(line.handing)
+        while (busy := line.busy()) is not None:  # it may hand the lock to us, or queue us
+            await asyncio.shield(busy)
         line.leave(place)
         key = place.waiter.key
         if not line.places and ops.lines.get(key) is line:

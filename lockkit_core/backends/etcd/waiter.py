@@ -33,6 +33,9 @@ __all__ = ["WAIT_SLICE", "EtcdWaiter"]
 
 #: the longest one wait() watches before the caller asks the store again
 WAIT_SLICE = 1.0
+#: what a waiter queued with its line (see :mod:`.batch`) knows of the entry before it: one
+#: of its line, not a key (its next attempt reads which, if it must watch)
+LINE = "\0line"
 
 
 class EtcdWaiter(Waiter):
@@ -72,6 +75,20 @@ class EtcdWaiter(Waiter):
         if self.queued_at is None or self._predecessor is not None or self._look_again:
             return None
         return self._queue_lease_id
+
+    def queued_in_line(self, revision: int, lease_id: int) -> None:
+        """Our entry was put at ``revision`` under the queue lease ``lease_id`` together with
+        others of our line (see :mod:`.batch`); those before us are of this line."""
+        self.queued_at = self._revision = self._queue_revision = revision
+        self._queue_lease_id = lease_id
+        self._predecessor = LINE
+        self.failed = True
+
+    def reached_front(self) -> None:
+        """The waiters of our line before us are gone: if one was all we knew to be before
+        us, take ourselves to be first (a hand-over still compares it, an attempt reads it)."""
+        if self._predecessor == LINE:
+            self._predecessor = None
 
     def handed(self) -> None:
         """A hand-over in place gave us the lock (and deleted our queue entry); our own lock
@@ -131,7 +148,8 @@ class EtcdWaiter(Waiter):
         timeout = min(timeout, WAIT_SLICE)
         deadline = time.monotonic() + timeout
         backend = self._backend
-        if self.queued_at is None or self._queue_lease_id is None or self._look_again:
+        unknown = self._look_again or self._predecessor == LINE
+        if self.queued_at is None or self._queue_lease_id is None or unknown:
             self._look_again = False
             return None  # the next attempt joins the queue, or finds our predecessor
         if not (yield from backend.queue.alive(self._queue_lease_id)):
