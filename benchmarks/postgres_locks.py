@@ -40,6 +40,7 @@ from .report import Column
 
 DB = "bench"
 TTL = 10.0
+INT8_OID = 20
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,8 @@ def uncontended(url: str, settings: Settings) -> tuple[list[dict[str, Any]], lis
         conn.execute("SELECT pg_advisory_lock(42)")
         conn.execute("SELECT pg_advisory_unlock(42)")
 
+    floor, floor_conn = _libpq_cycle(url)
+
     pglock_cycle, pglock_conn = _pglock_cycle(url)
     kit = LockKit(url, ttl=TTL)
     backend = kit.backend
@@ -140,15 +143,27 @@ def uncontended(url: str, settings: Settings) -> tuple[list[dict[str, Any]], lis
         advisory_lock.release()
 
     advisory_handle()  # its one-time pooler check, and the pool's one connection
+    advisory_backend = advisory_kit.backend
+
+    def advisory_calls() -> None:
+        advisory_backend.try_acquire("bench:ab", owner, TTL)
+        advisory_backend.release("bench:ab", owner)
+
     probes = [
         Probe("pg_advisory_lock + unlock (one connection)", whole(advisory), conn),
+        Probe("the same, prepared, straight through libpq", whole(floor), floor_conn),
         Probe("django-pglock advisory()", whole(pglock_cycle), pglock_conn),
         Probe("lockkit postgresql:// backend calls", whole(bare), _pool_connection(backend)),
         Probe("lockkit postgresql:// kit.lock()", whole(handle), _pool_connection(backend)),
         Probe(
+            "lockkit postgresql://?mode=advisory backend calls",
+            whole(advisory_calls),
+            _pool_connection(advisory_backend),
+        ),
+        Probe(
             "lockkit postgresql://?mode=advisory kit.lock()",
             whole(advisory_handle),
-            _pool_connection(advisory_kit.backend),
+            _pool_connection(advisory_backend),
         ),
     ]
     parts = _statement_probes(url, backend)
@@ -156,11 +171,34 @@ def uncontended(url: str, settings: Settings) -> tuple[list[dict[str, Any]], lis
     kit.close()
     advisory_kit.close()
     conn.close()
+    floor_conn.close()
     cycles, statements = rows[: len(probes)], rows[len(probes) :]
+    cycles = report.with_ratio(cycles, cycles[0]["library"], "p50_us", "vs_advisory")
     return (
-        report.with_ratio(cycles, cycles[0]["library"], "p50_us", "vs_advisory"),
+        report.with_ratio(cycles, cycles[0]["library"], "cpu_us", "cpu_vs_advisory"),
         report.with_ratio(statements, statements[0]["library"], "p50_us", "vs_advisory"),
     )
+
+
+def _libpq_cycle(url: str) -> tuple[Cycle, Any]:
+    """The floor of an advisory cycle in Python: both statements prepared on the connection,
+    the id sent in binary, through psycopg's libpq wrapper without its cursor (what
+    ``?mode=advisory`` runs, without lockkit's bookkeeping around it)."""
+    from psycopg.generators import execute
+
+    conn = _connect(url)
+    pgconn = conn.pgconn
+    pgconn.prepare(b"floor_lock", b"SELECT pg_advisory_lock($1)", [INT8_OID])
+    pgconn.prepare(b"floor_unlock", b"SELECT pg_advisory_unlock($1)", [INT8_OID])
+    lock_id = [(44).to_bytes(8, "big", signed=True)]
+
+    def cycle() -> None:
+        pgconn.send_query_prepared(b"floor_lock", lock_id, [1], 1)
+        conn.wait(execute(pgconn))
+        pgconn.send_query_prepared(b"floor_unlock", lock_id, [1], 1)
+        conn.wait(execute(pgconn))
+
+    return cycle, conn
 
 
 def _statement_probes(url: str, backend: Any) -> list[Probe]:
@@ -294,6 +332,14 @@ UNCONTENDED_COLUMNS = (
     Column("p50 vs advisory", report._number("vs_advisory", 2)),
     Column("round trips", report._number("round_trips", 0)),
 )
+#: the whole cycles also show the client's CPU time per cycle, which a loaded machine
+#: inflates far less than wall time (the statement rows' slices hold untimed work)
+CYCLE_COLUMNS = (
+    *UNCONTENDED_COLUMNS[:5],
+    Column("client CPU us", report._number("cpu_us")),
+    Column("CPU vs advisory", report._number("cpu_vs_advisory", 2)),
+    UNCONTENDED_COLUMNS[5],
+)
 CONTENTION_COLUMNS = (
     Column("", lambda r: r["library"], left=True),
     Column("grants", report._number("grants", 0)),
@@ -327,9 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pinned: server and client on CPU {cpu}; load average {load}")
         cycles, statements = uncontended(url, settings)
         print(
-            report.render_table(
-                "uncontended acquire+release, one process", UNCONTENDED_COLUMNS, cycles
-            )
+            report.render_table("uncontended acquire+release, one process", CYCLE_COLUMNS, cycles)
         )
         print()
         print(

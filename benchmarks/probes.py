@@ -1,5 +1,7 @@
 """Timing probes that take turns: each row's cycles are cut into slices and the rows run
-slice by slice, so other work on the machine falls on every row alike; round trips to
+slice by slice, so other work on the machine falls on every row alike; each slice's client
+CPU time (all of this process's threads: a library's helper threads count) is taken too,
+which a loaded machine inflates far less than wall time; round trips to
 PostgreSQL are counted on one more, traced, cycle (libpq's trace costs a write per message,
 so it is kept out of the timings)."""
 
@@ -34,12 +36,13 @@ def _time(cycle: Cycle, cycles: int, warmup: int) -> list[float]:
     return sorted(s * 1e6 for s in samples)
 
 
-def _row(name: str, micros: list[float], trips: float) -> dict[str, Any]:
+def _row(name: str, micros: list[float], cpu: list[float], trips: float) -> dict[str, Any]:
     return {
         "library": name,
         "mean_us": statistics.fmean(micros),
         "p50_us": percentile(micros, 50),
         "p99_us": percentile(micros, 99),
+        "cpu_us": statistics.median(cpu) * 1e6,
         "round_trips": trips,
     }
 
@@ -53,6 +56,8 @@ class Probe:
     run: Callable[[], float]
     conn: Any
     samples: list[float] = field(default_factory=list)
+    #: client CPU seconds per cycle, one per slice
+    cpu: list[float] = field(default_factory=list)
 
 
 def whole(cycle: Cycle) -> Callable[[], float]:
@@ -75,14 +80,18 @@ def _count_trips(probe: Probe) -> int:
 
 def measure(probes: list[Probe], cycles: int, warmup: int) -> list[dict[str, Any]]:
     """Time every probe untraced (libpq's trace costs a write per message), in turns of
-    ``cycles / ROUNDS`` (see :data:`ROUNDS`), then count one more cycle's round trips."""
+    ``cycles / ROUNDS`` (see :data:`ROUNDS`), then count one more cycle's round trips. The
+    client CPU time of a row is the median of its slices'."""
     for probe in probes:
         for _ in range(warmup):
             probe.run()
+    per_slice = cycles // ROUNDS
     for _ in range(ROUNDS):
         for probe in probes:
-            probe.samples += [probe.run() for _ in range(cycles // ROUNDS)]
+            started = time.process_time()
+            probe.samples += [probe.run() for _ in range(per_slice)]
+            probe.cpu.append((time.process_time() - started) / per_slice)
     return [
-        _row(probe.name, sorted(x * 1e6 for x in probe.samples), _count_trips(probe))
+        _row(probe.name, sorted(x * 1e6 for x in probe.samples), probe.cpu, _count_trips(probe))
         for probe in probes
     ]

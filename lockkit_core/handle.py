@@ -118,8 +118,10 @@ class Handle:
             thread = hold.thread
             if thread is None:  # an asyncio acquisition
                 self._async_use = [hold, 1]
-            else:
+            elif self._uses:
                 self._thread_took(thread, [hold, 1])
+            else:
+                self._uses[thread] = [hold, 1]
         else:
             self._hold = hold
         self._last = hold

@@ -144,7 +144,7 @@ class Hold:
     def release(self) -> None:
         """Free the key on the store; LockLost if the lease was already gone, reported to
         ``on_lost`` too unless the watchdog reported it first."""
-        was_lost = self.is_lost()
+        was_lost = self.lost_reason is not None or time.monotonic() >= self.deadline  # is_lost
         self.settle(self.backend.release(self.full_key, self.owner), was_lost=was_lost)
 
     async def arelease(self) -> None:

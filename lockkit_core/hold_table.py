@@ -38,6 +38,8 @@ class Holds:
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
+        # A store's track() is called only if it has one (most keep nothing per hold).
+        self._track = None if type(backend).track is Backend.track else backend.track
         #: held while a handle decides on, counts, or drops a listed hold
         self.mutex = threading.Lock()
         self._by_key: dict[str, Hold] = {}
@@ -60,7 +62,8 @@ class Holds:
         if lock.reentrant:
             with self.mutex:
                 self._by_key[hold.full_key] = hold
-        self.backend.track(hold)
+        if self._track is not None:
+            self._track(hold)
         watch(hold)
         if hold.ttl is None:
             self.tie(hold, lock)

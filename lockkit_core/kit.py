@@ -117,16 +117,8 @@ class LockKit:
         from .backends.redis import RedisBackend
 
         backend = RedisBackend.from_client(client)
-        changes = {
-            name: value
-            for name, value in (
-                ("namespace", namespace),
-                ("ttl", ttl),
-                ("auto_renew", auto_renew),
-                ("timeout", timeout),
-            )
-            if value is not UNSET
-        }
+        given = {"namespace": namespace, "ttl": ttl, "auto_renew": auto_renew, "timeout": timeout}
+        changes = {name: value for name, value in given.items() if value is not UNSET}
         kit = cls.__new__(cls)
         try:
             kit.config = LockKitConfig(url=backend.url.raw).replace(**changes)

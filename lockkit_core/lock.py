@@ -111,7 +111,10 @@ class Lock(HandOver):
         and never takes a free key; if ``token`` does not hold the key it raises
         :class:`LockNotOwned`.
         """
-        timeout = self._timeout(blocking, timeout)
+        if timeout is UNSET and blocking:
+            timeout = self.timeout
+        else:
+            timeout = self._timeout(blocking, timeout)
         if self.reentrant and self._reenter():
             return True
         # Not re-entered: contend on the store like any other owner (a non-reentrant handle

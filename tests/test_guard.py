@@ -202,3 +202,24 @@ def test_deadlines_run_in_order_on_one_thread_and_cancelled_ones_never() -> None
     assert done.wait(5)
     assert ran == [("early", "lockkit-deadlines"), ("late", "lockkit-deadlines")]
     late.cancel()  # harmless once run
+
+
+def test_a_context_given_another_kit_or_config_locks_with_that_one(
+    context: GuardContext,
+) -> None:
+    # A rule's handles are made with options checked once; a kit or config put in their
+    # place is used from the next request on.
+    rule = RequestRule("order:{order_id}", sources=SOURCES)
+    rule.decide(context, "pay", {"order_id": 1}).release()
+    context.kit.config = context.kit.config.replace(ttl=7.0)
+    outcome = rule.decide(context, "pay", {"order_id": 2})
+    assert outcome.lock is not None
+    assert outcome.lock.ttl == 7.0
+    outcome.release()
+    with LockKit("memory://guard-other") as other:
+        context.kit = other
+        outcome = rule.decide(context, "pay", {"order_id": 3})
+        assert outcome.lock is not None
+        assert outcome.lock.kit is other
+        assert other.admin.info("order:3") is not None
+        outcome.release()

@@ -84,6 +84,25 @@ def test_session_scope_behind_a_transaction_pooler_is_refused_with_the_fix(
     assert "scope=transaction" in said
 
 
+def test_session_locks_work_on_server_sessions_a_session_pooler_hands_on_unreset(
+    postgres_server: PostgresServer,
+) -> None:
+    """A session-mode pooler without a reset query hands the next client the server sessions
+    the last one left, with the statements lockkit prepared on them: the next kit's locks
+    must not trip over them."""
+    with PgBouncerServer(
+        postgres_server, pool_mode="session", pool_size=2, server_reset_query=""
+    ) as bouncer:
+        url = bouncer.url() + "?mode=advisory"
+        with LockKit(url, namespace=_ns()) as first, first.lock("a"), first.lock("b"):
+            pass  # both server sessions have the statements prepared now
+        with LockKit(url, namespace=_ns()) as second:
+            a, b = second.lock("a"), second.lock("b")
+            assert a.acquire(timeout=0) and b.acquire(timeout=0)
+            a.release()
+            b.release()
+
+
 @pytest.mark.parametrize("scope", ["session", "transaction"])
 def test_an_ended_session_gives_the_holder_lock_lost_and_on_lost(
     postgres_server: PostgresServer, scope: str

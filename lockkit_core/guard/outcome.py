@@ -66,8 +66,9 @@ class GuardContext:
     counts: Counts = field(default_factory=Counts)
     on_lost: list[LostHook] = field(default_factory=list)
     secret: Secret | None = None
-    #: Each rule's ``kit.lock_maker``, made at its first request (see RequestRule.acquire).
-    lock_makers: dict[object, Callable[[str], Lock]] = field(
+    #: Each rule's ``kit.lock_maker``, made at its first request (see RequestRule.acquire),
+    #: with the kit and config it was made for.
+    lock_makers: dict[object, tuple[LockKit, object, Callable[[str], Lock]]] = field(
         default_factory=dict, repr=False, compare=False
     )
 

@@ -174,12 +174,14 @@ class RequestRule:
 
     def _lock(self, context: GuardContext, key: str) -> tuple[Lock, float | None]:
         wait = context.settings.wait if self.wait is UNSET else self.wait
-        make = context.lock_makers.get(self)
-        if make is None:
+        kit = context.kit
+        made = context.lock_makers.get(self)
+        # Made again for another kit or config (the options were checked against them).
+        if made is None or made[0] is not kit or made[1] is not kit.config:
             template = self.key.template or getattr(self.key.func, "__qualname__", "callable")
-            make = context.kit.lock_maker(ttl=self.ttl, reentrant=False, template=template)
-            context.lock_makers[self] = make
-        return make(key), wait
+            make = kit.lock_maker(ttl=self.ttl, reentrant=False, template=template)
+            made = context.lock_makers[self] = (kit, kit.config, make)
+        return made[2](key), wait
 
     def _failed(self, context: GuardContext, route: str, key: str, exc: BackendError) -> Outcome:
         if self.fail_open:

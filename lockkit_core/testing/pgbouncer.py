@@ -45,6 +45,7 @@ class PgBouncerServer(Closing):
         *,
         pool_mode: str = "transaction",
         pool_size: int = 4,
+        server_reset_query: str | None = None,
         startup_timeout: float = 20.0,
     ) -> None:
         self.binary = find_pgbouncer()
@@ -58,6 +59,9 @@ class PgBouncerServer(Closing):
         (self.dir / "users.txt").write_text(f'"{self.user}" ""\n')
         # options: lockkit sends its statement_timeout as a startup option, which a pooler
         # cannot keep per client; PgBouncer refuses the connection unless told to ignore it.
+        # server_reset_query: None keeps PgBouncer's (DISCARD ALL); "" hands server sessions
+        # to the next client as the last one left them.
+        reset = "" if server_reset_query is None else f"server_reset_query = {server_reset_query}"
         (self.dir / "pgbouncer.ini").write_text(
             f"""[databases]
 * = host={postgres.host} port={postgres.port}
@@ -73,6 +77,7 @@ max_client_conn = 200
 ignore_startup_parameters = extra_float_digits,options
 logfile = {self.log_path}
 pidfile = {self.dir / "pgbouncer.pid"}
+{reset}
 """
         )
         run_as = postgres._run_as  # the unprivileged user PostgreSQL runs as (None: not root)

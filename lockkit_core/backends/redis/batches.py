@@ -39,8 +39,8 @@ class RunBatches:
 
     def __init__(self, backend: RedisBackend) -> None:
         self._backend = backend
-        self._scripts: dict[int, Script] = {}  # by their number of keys
-        self._runs: dict[int, Script] = {}  # lua/runs.lua, by their number of keys
+        #: by the script's name and number of keys
+        self._scripts: dict[tuple[str, int], Script] = {}
         self.one_slot = backend.sharded  # cluster mode: no script over several locks' slots
 
     def begin(
@@ -141,10 +141,36 @@ class RunBatches:
     ) -> list[Any] | None:
         """One call of ``lua/runs.lua`` (``what`` to ``key``, for an error's message); None
         on a server in cluster mode, which refused it before running it."""
+        return self._script("runs", what, keys, args, retry=retry, key=key)
+
+    def _run(
+        self, what: str, keys: list[str], ops: list[tuple[Any, ...]], *, retry: bool = False
+    ) -> list[Any] | None:
+        """Run ``ops`` (name, when, arguments), one per key of ``keys``, in one script call;
+        their replies, in order. ``retry`` as for ``RedisBackend._call``. None on a server
+        in cluster mode, which refused it before running it."""
+        stored = [part for key in keys for part in stored_keys(stored_key(key))]
+        args: list[Any] = ["batch"]
+        for name, when, *rest in ops:
+            args += [name, when, len(rest), *rest]
+        return self._script("lock", what, stored, args, retry=retry)
+
+    def _script(
+        self,
+        name: str,
+        what: str,
+        keys: list[str],
+        args: list[Any],
+        *,
+        retry: bool,
+        key: str | None = None,
+    ) -> list[Any] | None:
+        """One call of ``lua/<name>.lua`` with ``keys`` and ``args``; its reply, or None on a
+        server in cluster mode, which refused it (CROSSSLOT) before running it."""
         backend = self._backend
-        script = self._runs.get(len(keys))
+        script = self._scripts.get((name, len(keys)))
         if script is None:
-            script = self._runs[len(keys)] = backend.new_script(len(keys), "runs")
+            script = self._scripts[name, len(keys)] = backend.new_script(len(keys), name)
         crossslot = backend._redis.exceptions.ClusterCrossSlotError
 
         def run() -> list[Any] | None:
@@ -158,31 +184,3 @@ class RunBatches:
             log.info("%s runs in cluster mode: batches go one lock at a time", backend.describe())
             self.one_slot = True
         return reply
-
-    def _run(
-        self, what: str, keys: list[str], ops: list[tuple[Any, ...]], *, retry: bool = False
-    ) -> list[Any] | None:
-        """Run ``ops`` (name, when, arguments), one per key of ``keys``, in one script call;
-        their replies, in order. ``retry`` as for ``RedisBackend._call``. None on a server
-        in cluster mode, which refused it before running it."""
-        backend = self._backend
-        stored = [part for key in keys for part in stored_keys(stored_key(key))]
-        args: list[Any] = ["batch"]
-        for name, when, *rest in ops:
-            args += [name, when, len(rest), *rest]
-        script = self._scripts.get(len(stored))
-        if script is None:
-            script = self._scripts[len(stored)] = backend.new_script(len(stored))
-        crossslot = backend._redis.exceptions.ClusterCrossSlotError
-
-        def run() -> list[Any] | None:
-            try:
-                return list(script(*stored, *args))
-            except crossslot:
-                return None  # CROSSSLOT: refused before it ran, nothing was done
-
-        replies = backend._call(what, run, retry=retry)
-        if replies is None:
-            log.info("%s runs in cluster mode: batches go one lock at a time", backend.describe())
-            self.one_slot = True
-        return replies

@@ -39,7 +39,7 @@ log = logging.getLogger("lockkit.postgresql")
 EPOLL = hasattr(select, "epoll")
 
 
-@dataclass
+@dataclass(slots=True)  # one is made per lock taken: slots make that cheaper
 class HeldSession:
     """One held lock's connection; ``busy`` is held while a statement runs on it."""
 
@@ -72,9 +72,10 @@ class HeldSessions:
 
     def add(self, key: str, owner: str, conn: BoundedConnection) -> None:
         session = HeldSession(conn, conn.pgconn.socket)
+        key_owner = (key, owner)
         with self._lock:
-            self._by_owner[(key, owner)] = session
-            self._by_fd[session.fd] = ((key, owner), session)
+            self._by_owner[key_owner] = session
+            self._by_fd[session.fd] = (key_owner, session)
             if self._epoll is not None:
                 try:
                     self._epoll.register(session.fd, select.EPOLLIN)

@@ -114,13 +114,17 @@ if ARGV[1] == 'acquire' and ARGV[7] ~= '3' then
     end
   elseif redis.call('exists', KEYS[3]) == 0 then
     local t = redis.call('time') -- as next_token and started() below
-    local token = math.max(tonumber(redis.call('get', fence) or '0') + 1,
-      tonumber(t[1]) * 1000000 + tonumber(t[2]), tonumber(ARGV[6]) + 1)
+    -- The clock's microseconds and milliseconds as digits, without formatting numbers
+    -- (which costs the server more than a command here).
+    local us = string.rep('0', 6 - #t[2]) .. t[2]
+    local clock = tonumber(t[1] .. us)
+    local token = math.max(tonumber(redis.call('get', fence) or '0') + 1, clock,
+      tonumber(ARGV[6]) + 1)
     if token < 2 ^ 53 then -- else next_token below raises the error
-      token = string.format('%.0f', token)
+      token = token == clock and t[1] .. us or string.format('%.0f', token)
       redis.call('set', fence, token, 'px', FENCE_MS)
-      local ms = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-      redis.call('set', lease_key, ARGV[2] .. '|' .. token .. '|' .. ms .. '|' .. ARGV[4],
+      redis.call('set', lease_key,
+        ARGV[2] .. '|' .. token .. '|' .. t[1] .. string.sub(us, 1, 3) .. '|' .. ARGV[4],
         'px', ARGV[3])
       return {1, token}
     end
