@@ -3,6 +3,7 @@ being renewed and frees itself, and one watchdog thread serves every kit of the 
 
 from __future__ import annotations
 
+import _thread
 import gc
 import os
 import random
@@ -99,6 +100,26 @@ def test_a_hold_whose_thread_died_stops_being_renewed_and_warns(kit: LockKit) ->
     assert lock.lost or lock.token is None
     assert lock.acquire(timeout=5), "the handle is usable again once the leak expired"
     lock.release()
+
+
+def test_a_hold_whose_foreign_thread_died_stops_being_renewed_and_warns(kit: LockKit) -> None:
+    """As above, for a thread not started by threading (a C extension's, an embedding
+    server's): its dummy Thread object never reports that it exited."""
+    ttl = 0.6
+    lock = kit.lock("leaked-foreign", ttl=ttl, auto_renew=True)  # reentrant: per thread
+    done = threading.Event()
+
+    def leak() -> None:
+        try:
+            lock.acquire(timeout=5)
+        finally:
+            done.set()
+
+    with pytest.warns(ResourceWarning, match="leaked-foreign"):
+        _thread.start_new_thread(leak, ())
+        assert done.wait(10)
+        assert kit.admin.info("leaked-foreign") is not None
+        _wait_free(kit, "leaked-foreign", within=ttl + 2.0)
 
 
 def test_a_non_reentrant_hold_outlives_the_thread_that_took_it(kit: LockKit) -> None:
