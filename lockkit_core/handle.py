@@ -70,13 +70,12 @@ class Handle:
         self.on_lost: list[OnLost] = list(on_lost)
         self._given_owner = owner
         self.labels = labels  # the attributes of its metrics (lockkit_core.observe)
-        # Reentrant: each thread's [hold, depth], by thread object (never its ident: a later
-        # thread reusing the ident starts empty), and the handle's asyncio acquisition's. A
-        # thread's entry goes when it lets go of its outermost level, or once it has exited
-        # (see _took). Not a threading.local: making one costs half as much as the rest of a
-        # handle, and a handle is made per request. Non-reentrant: the hold of the current
-        # acquisition, whichever thread or task took it.
-        self._uses: dict[threading.Thread, list[Any]] = {}
+        # Reentrant: this thread's [hold, depth], in a thread-local so that it dies with its
+        # thread and a later thread reusing the ident starts empty; and the handle's asyncio
+        # acquisition's. Non-reentrant: the hold of the current acquisition, whichever thread
+        # or task took it (no thread-local: making one costs more than the rest of a handle).
+        if reentrant:
+            self._local = threading.local()
         self._async_use: list[Any] | None = None
         self._hold: Hold | None = None
         self._last: Hold | None = None  # what other threads and callbacks see
@@ -84,44 +83,28 @@ class Handle:
     def _here(self) -> Hold | None:
         if not self.reentrant:
             return self._hold
-        use = self._uses.get(threading.current_thread()) or self._async_use
+        use = self._use(False) or self._async_use
         return use[0] if use is not None else None
 
     def _use(self, asynchronous: bool) -> list[Any] | None:
         """The ``[hold, depth]`` of this thread, or of the handle's asyncio acquisition."""
         if asynchronous:
             return self._async_use
-        return self._uses.get(threading.current_thread())
+        use: list[Any] | None = getattr(self._local, "use", None)
+        return use
 
     def _set_use(self, use: list[Any] | None, asynchronous: bool) -> None:
         if asynchronous:
             self._async_use = use
-        elif use is None:
-            self._uses.pop(threading.current_thread(), None)
         else:
-            self._thread_took(threading.current_thread(), use)
-
-    def _thread_took(self, thread: threading.Thread, use: list[Any]) -> None:
-        uses = self._uses
-        if uses:
-            # Another thread holds through this handle too (or exited holding: its hold
-            # leaked, and the watchdog tells): forget the uses of threads that are gone.
-            for gone in [other for other in uses if not other.is_alive()]:
-                del uses[gone]
-        uses[thread] = use
+            self._local.use = use
 
     def _view(self) -> Hold | None:
         return self._here() or self._last
 
     def _took(self, hold: Hold) -> None:
         if self.reentrant:
-            thread = hold.thread
-            if thread is None:  # an asyncio acquisition
-                self._async_use = [hold, 1]
-            elif self._uses:
-                self._thread_took(thread, [hold, 1])
-            else:
-                self._uses[thread] = [hold, 1]
+            self._set_use([hold, 1], hold.task is not None)
         else:
             self._hold = hold
         self._last = hold
@@ -131,7 +114,7 @@ class Handle:
         holds = self.kit.holds
         hold = holds.get(self.full_key)
         if hold is None or (
-            hold.thread is not threading.current_thread() if task is None else hold.task is not task
+            hold.mark is not process.thread_mark() if task is None else hold.task is not task
         ):
             return False  # the common case, decided without the kit's lock
         use = self._use(task is not None)
@@ -163,8 +146,7 @@ class Handle:
         reentrant = self.reentrant
         hold: Hold | None
         if reentrant:
-            thread = threading.current_thread()
-            use: list[Any] | None = self._uses.get(thread) or self._async_use
+            use: list[Any] | None = getattr(self._local, "use", None) or self._async_use
             hold = None if use is None else use[0]
         else:
             hold = self._hold
@@ -185,7 +167,7 @@ class Handle:
             if reentrant:
                 # This thread's use, else the handle's asyncio one (read again under the
                 # mutex: another task may have let go of it meanwhile).
-                use = self._uses.get(thread)
+                use = getattr(self._local, "use", None)
                 asynchronous = use is None
                 if asynchronous:
                     use = self._async_use
@@ -195,7 +177,7 @@ class Handle:
                     if asynchronous:
                         self._async_use = None
                     else:
-                        del self._uses[thread]
+                        self._local.use = None
             elif self._hold is hold:
                 self._hold = None
             else:  # another thread released it first

@@ -39,7 +39,7 @@ class HandOver(Handle):
             raise dead_on_arrival_error(self.key, self.ttl, now - sent, 1)
         hold = self.kit.holds.start(cast("Lock", self), owner, grant.token, valid_until)
         if self.reentrant:
-            self._set_use([hold, 1], False)
+            self._local.use = [hold, 1]
         else:
             self._hold = hold
         self._last = hold

@@ -57,6 +57,7 @@ class Hold:
         "labels",
         "lock",
         "lost_reason",
+        "mark",
         "owner",
         "pid",
         "task",
@@ -86,10 +87,12 @@ class Hold:
         self.auto_renew = lock.auto_renew
         self.deadline = deadline
         self.count = 1
-        # Who may re-enter it: the thread of a blocking acquisition (the thread object, never
-        # its ident: idents are reused by later threads), the task of an asyncio one.
+        # Who may re-enter it: the thread of a blocking acquisition (its process.thread_mark(),
+        # never its ident or Thread object: later threads may get those), the task of an
+        # asyncio one. The thread itself, to tell when it exited holding.
         self.task = task if lock.reentrant else None
         self.thread = threading.current_thread() if lock.reentrant and task is None else None
+        self.mark = process.thread_mark() if self.thread is not None else None
         self.pid = process.pid()
         self.lost_reason: str | None = None
         self.active = True

@@ -11,6 +11,7 @@ hold the same lock). :mod:`random` reseeds itself on fork through the same hook.
 from __future__ import annotations
 
 import os
+import threading
 
 __all__ = ["TOKENS_PER_DRAW", "new_owner_token", "pid"]
 
@@ -24,6 +25,20 @@ _tokens: list[str] = []
 def pid() -> int:
     """``os.getpid()``, without the system call."""
     return _pid[0]
+
+
+_here = threading.local()
+
+
+def thread_mark() -> object:
+    """An object of the running thread's own for as long as it lives. Not the thread object:
+    a thread not started by :mod:`threading` that gets a dead one's ident gets its dummy
+    ``Thread`` object too; a thread-local dies with its thread, whoever started it."""
+    try:
+        mark: object = _here.mark
+    except AttributeError:
+        mark = _here.mark = object()
+    return mark
 
 
 def new_owner_token() -> str:

@@ -3,8 +3,10 @@ locks that belong to their acquisition (released from another thread, as asyncio
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -144,6 +146,45 @@ def test_a_new_thread_with_a_dead_threads_ident_does_not_inherit_its_hold(
         reentered.append(handle.acquire(timeout=0))
 
     if not _reuse_ident(idents[0], contend):
+        pytest.skip("no new thread received the dead thread's ident")
+    assert reentered == [False], "a new thread re-entered a dead thread's hold"
+    kit.admin.force_release("job")
+
+
+def _run_foreign(body: Callable[[], object]) -> int:
+    """Run ``body`` on a thread started outside :mod:`threading` (as a C extension or an
+    embedding server starts its workers) and wait for it to exit; its ident."""
+    done = threading.Event()
+    idents: list[int] = []
+
+    def run() -> None:
+        try:
+            idents.append(threading.get_ident())
+            body()
+        finally:
+            done.set()
+
+    _thread.start_new_thread(run, ())
+    assert done.wait(10)
+    time.sleep(0.01)  # let it finish exiting, so that its ident may be reused
+    return idents[0]
+
+
+def test_a_foreign_thread_with_a_dead_foreign_threads_ident_does_not_inherit_its_hold(
+    kit: LockKit,
+) -> None:
+    """threading.current_thread() answers the same dummy object for every thread not made by
+    threading that gets a dead one's ident: reentrancy must not follow that object."""
+    shared = kit.lock("job", auto_renew=False)
+    leaked = _run_foreign(lambda: shared.acquire(timeout=0))  # exits without release
+    assert shared.locked()
+    reentered: list[bool] = []
+    for _ in range(200):
+        ident = _run_foreign(lambda: reentered.append(shared.acquire(timeout=0)))
+        if ident == leaked:
+            break
+        reentered.clear()
+    else:
         pytest.skip("no new thread received the dead thread's ident")
     assert reentered == [False], "a new thread re-entered a dead thread's hold"
     kit.admin.force_release("job")

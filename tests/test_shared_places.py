@@ -186,6 +186,41 @@ def test_a_renewed_place_outlives_its_ttl(kits: list[LockKit]) -> None:
         pass
 
 
+def test_threads_sharing_one_read_handle_never_fail_nor_leave_a_place_held() -> None:
+    """Readers may hold one ``read()`` handle in several threads at once: each thread's use
+    is its own. An acquisition that raises after the store granted the place leaves it held
+    (and renewed) with nobody to release it, so a writer is shut out."""
+    kit = LockKit(f"memory://{uuid.uuid4().hex[:8]}", ttl=30)
+    reader = kit.rwlock("catalog").read()
+    errors: list[str] = []
+
+    def read_often() -> None:
+        try:
+            for _ in range(1000):
+                with reader:
+                    time.sleep(0)  # others take and let go meanwhile
+        except Exception as exc:
+            errors.append(repr(exc))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often: the race shows within seconds
+    try:
+        for _ in range(4):
+            threads = [threading.Thread(target=read_often) for _ in range(16)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            if errors:
+                break
+    finally:
+        sys.setswitchinterval(interval)
+    left = kit.rwlock("catalog").holders()
+    kit.close()
+    assert errors == [], f"a reader failed: {errors[0]}"
+    assert left == [], "a read place stayed held after every reader released"
+
+
 def test_a_thread_re_enters_its_read_and_a_place_is_adopted_by_its_owner_token(
     kits: list[LockKit],
 ) -> None:
