@@ -95,6 +95,21 @@ def test_the_derived_task_id_does_not_depend_on_how_the_store_url_is_spelled(
         by_name.close()
 
 
+@pytest.mark.parametrize("key", ["k", "sms:7:+33", "réservation:42", "x" * 300])
+@pytest.mark.parametrize("token", [1, 42, 1_764_130_000_000_000, 2**53 - 1])
+def test_the_derived_task_id_is_the_uuid5_of_namespace_key_and_token(
+    redis_server: RedisServer, key: str, token: int
+) -> None:
+    # Producers and workers of two releases (a rolling deploy) must agree on it: it is
+    # RFC 4122's UUID5 of "lockkit|<namespace>|<key>|<token>" in the URL namespace.
+    kit = LockKit(redis_server.url, namespace="shop")
+    try:
+        name = f"lockkit|shop|{key}|{token}"
+        assert derived_task_id(kit, key, token) == str(uuid.uuid5(uuid.NAMESPACE_URL, name))
+    finally:
+        kit.close()
+
+
 def test_the_core_dedupe_module_imports_no_framework() -> None:
     import subprocess
     import sys
