@@ -114,7 +114,9 @@ class Handle:
         holds = self.kit.holds
         hold = holds.get(self.full_key)
         if hold is None or (
-            hold.mark is not process.thread_mark() if task is None else hold.task is not task
+            (hold.mark is None or hold.mark() is not process.thread_mark())
+            if task is None
+            else hold.task is not task
         ):
             return False  # the common case, decided without the kit's lock
         use = self._use(task is not None)

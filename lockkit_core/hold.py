@@ -88,11 +88,11 @@ class Hold:
         self.deadline = deadline
         self.count = 1
         # Who may re-enter it: the thread of a blocking acquisition (its process.thread_mark(),
-        # never its ident or Thread object: later threads may get those), the task of an
-        # asyncio one. The thread itself, to tell when it exited holding.
+        # held weakly: never its ident or Thread object, which later threads may get), the
+        # task of an asyncio one. The thread too, for its name.
         self.task = task if lock.reentrant else None
         self.thread = threading.current_thread() if lock.reentrant and task is None else None
-        self.mark = process.thread_mark() if self.thread is not None else None
+        self.mark = weakref.ref(process.thread_mark()) if self.thread is not None else None
         self.pid = process.pid()
         self.lost_reason: str | None = None
         self.active = True
@@ -197,7 +197,9 @@ class Hold:
         """Why nobody can release this hold any more (see the module docstring), or None."""
         if all(handle() is None for handle in self.handles):
             return "every handle on it was dropped without release()"
-        if self.thread is not None and not self.thread.is_alive():
+        if self.thread is not None and (
+            self.mark is None or self.mark() is None or not self.thread.is_alive()
+        ):
             return f"its thread {self.thread.name!r} exited without releasing it"
         return None
 

@@ -30,14 +30,21 @@ def pid() -> int:
 _here = threading.local()
 
 
-def thread_mark() -> object:
-    """An object of the running thread's own for as long as it lives. Not the thread object:
-    a thread not started by :mod:`threading` that gets a dead one's ident gets its dummy
-    ``Thread`` object too; a thread-local dies with its thread, whoever started it."""
+class ThreadMark:
+    """The running thread's own object (see :func:`thread_mark`)."""
+
+    __slots__ = ("__weakref__",)
+
+
+def thread_mark() -> ThreadMark:
+    """An object of the running thread's own, dropped when the thread exits (a weak
+    reference to it then answers None). Not the thread object: a thread not started by
+    :mod:`threading` that gets a dead one's ident gets its dummy ``Thread`` too, which never
+    says it exited; a thread-local dies with its thread, whoever started it."""
     try:
-        mark: object = _here.mark
+        mark: ThreadMark = _here.mark
     except AttributeError:
-        mark = _here.mark = object()
+        mark = _here.mark = ThreadMark()
     return mark
 
 
