@@ -7,7 +7,7 @@ import inspect
 import os
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 from .admin import Admin
 from .backends.base import Backend, Capability
@@ -22,12 +22,24 @@ from .rwlock import RWLock
 from .semaphore import Semaphore, check_limit
 from .shared import SharedKit
 
-__all__ = ["LockKit"]
+__all__ = ["LockKit", "LockMaker"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 _kits: weakref.WeakSet[LockKit] = weakref.WeakSet()
+
+
+class LockMaker(Protocol):
+    """What :meth:`LockKit.lock_maker` returns: ``make(key)``, or ``make(key, owner)`` to
+    adopt an acquisition made elsewhere (as ``kit.lock(key, owner=...)``)."""
+
+    def __call__(self, key: str, owner: str | None = None) -> Lock: ...
+
+
+def _check_owner(owner: object) -> None:
+    if not isinstance(owner, str) or len(owner) != 32:
+        raise ConfigError("owner must be the 32-character token of an existing acquisition")
 
 
 def _after_fork_in_child() -> None:
@@ -207,22 +219,26 @@ class LockKit:
         self,
         *,
         ttl: Seconds = UNSET,
+        auto_renew: Any = UNSET,
         reentrant: bool = True,
         template: str | None = None,
-    ) -> Callable[[str], Lock]:
-        """``kit.lock(key, ttl=..., reentrant=..., template=...)`` as a function of ``key``,
-        its options checked once: for code that makes a handle per request with the same
-        options (the web guards), where checking them again each time costs more than the
-        handle itself."""
-        options = self._lock_options(ttl, UNSET, UNSET, False, None, None)
+    ) -> LockMaker:
+        """``kit.lock(key, ttl=..., auto_renew=..., reentrant=..., template=..., owner=...)``
+        as a function of ``key`` (and ``owner``), its options checked once: for code that
+        makes a handle per request or task with the same options (the web guards, the task
+        workers), where checking them again each time costs more than the handle itself."""
+        options = self._lock_options(ttl, UNSET, auto_renew, False, None, None)
+        del options["owner"]
         if template is not None:
             if not isinstance(template, str):
                 raise TypeError(f"template must be a str, got {type(template).__name__}")
             options["labels"] = self.labels.with_template(template)
 
-        def make(key: str) -> Lock:
+        def make(key: str, owner: str | None = None) -> Lock:
+            if owner is not None:
+                _check_owner(owner)
             # Lock copies on_lost: the handles share no list.
-            return Lock(self, check_key(key), reentrant=reentrant, **options)
+            return Lock(self, check_key(key), reentrant=reentrant, owner=owner, **options)
 
         return make
 
@@ -267,8 +283,8 @@ class LockKit:
                 f"the {self.backend.url.scheme}:// backend cannot queue waiters in order; "
                 "drop fair=True or use memory://"
             )
-        if owner is not None and (not isinstance(owner, str) or len(owner) != 32):
-            raise ConfigError("owner must be the 32-character token of an existing acquisition")
+        if owner is not None:
+            _check_owner(owner)
         callbacks: list[OnLost]
         if on_lost is None:
             callbacks = []
@@ -327,8 +343,8 @@ class LockKit:
     ) -> dict[str, Any]:
         """``options`` (of :meth:`_lock_options`) with one place's ``timeout`` and ``owner``
         checked as ``kit.lock()`` checks them."""
-        if owner is not None and (not isinstance(owner, str) or len(owner) != 32):
-            raise ConfigError("owner must be the 32-character token of an existing acquisition")
+        if owner is not None:
+            _check_owner(owner)
         wait = options["timeout"] if timeout is UNSET else check_timeout(timeout)
         return {**options, "timeout": wait, "owner": owner}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockkit_core import ConfigError, LockKit, NotSupported
+from lockkit_core import ConfigError, LockKit, LockNotOwned, NotSupported
 
 
 def test_its_handles_are_kit_lock_handles_with_those_options() -> None:
@@ -42,3 +42,21 @@ def test_a_bad_option_fails_when_the_maker_is_made_and_a_bad_key_when_a_handle_i
             make("order:\x00")
     finally:
         kit.close()
+
+
+def test_a_handle_made_with_an_owner_adopts_that_acquisition_as_kit_lock_does() -> None:
+    with LockKit("memory://", namespace="shop", ttl=5.0) as kit:
+        taken = kit.lock("job:1", reentrant=False)
+        assert taken.acquire(timeout=0)
+        owner = taken.hand_off()
+        make = kit.lock_maker(ttl=2.0, auto_renew=True, reentrant=False)
+        adopted = make("job:1", owner)
+        assert (adopted.auto_renew, adopted.ttl) == (True, 2.0)
+        assert adopted.acquire() and adopted.owned()
+        adopted.release()
+        with pytest.raises(LockNotOwned):
+            make("job:1", owner).acquire()  # released: nothing left to adopt
+        with pytest.raises(ConfigError, match="32-character token"):
+            make("job:1", "short")
+        with pytest.raises(ConfigError, match="auto_renew must be True or False"):
+            kit.lock_maker(auto_renew="yes")

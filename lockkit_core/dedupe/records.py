@@ -47,7 +47,7 @@ import uuid
 from ..backends.base import Capability, Lease
 from ..errors import ConfigError
 from ..keys import check_key, namespaced
-from ..kit import LockKit
+from ..kit import LockKit, LockMaker
 from ..lock import new_owner_token
 
 __all__ = [
@@ -155,6 +155,24 @@ class TaskRecords:
         self.backend = backend
         self.namespace = kit.namespace
         self.listable = Capability.LIST in backend.capabilities
+        #: lock_maker by (ttl, template), for the kit's config of the first key
+        self._makers: tuple[object, dict[tuple[float, str | None], LockMaker]] = (None, {})
+
+    def lock_maker(self, ttl: float, template: str | None = None) -> LockMaker:
+        """``make(key, owner=None)``: ``kit.lock(key, owner=owner, ttl=ttl, auto_renew=True,
+        reentrant=False, template=template)``, its options checked once per ``ttl`` and
+        ``template`` rather than for every lock of every task."""
+        config, makers = self._makers
+        if config is not self.kit.config:
+            config, makers = self._makers = (self.kit.config, {})
+        make = makers.get((ttl, template))
+        if make is None:
+            if len(makers) >= 256:  # many ttls or task names: keep it bounded
+                makers.clear()
+            make = makers[ttl, template] = self.kit.lock_maker(
+                ttl=ttl, auto_renew=True, reentrant=False, template=template
+            )
+        return make
 
     def _stored(self, key: str) -> str:
         return namespaced(self.namespace, check_key(key))

@@ -183,12 +183,8 @@ def start_run(
     if owner:
         # Steps 1 and 2 in one store operation (Backend.begin_run): a copy that does not get
         # the run record does not touch the key.
-        claim = kit.lock(
-            name, owner=new_owner_token(), ttl=opts.ttl, auto_renew=True, reentrant=False
-        )
-        handle = kit.lock(
-            key, owner=owner, ttl=opts.ttl, auto_renew=True, reentrant=False, template=task_name
-        )
+        claim = records.lock_maker(opts.ttl)(name, new_owner_token())
+        handle = records.lock_maker(opts.ttl, task_name)(key, owner)
         sent = time.monotonic()
         ran, kept = kit.backend.begin_run(
             claim.full_key, claim.owner or "", handle.full_key, owner, lease.on_store(opts.ttl)
@@ -201,7 +197,7 @@ def start_run(
                 adopted = handle
         refused = not batched and opts.wait <= 0  # that was the one attempt
     if run is None:  # no batch, or it did not take the run record: take it on its own
-        run = kit.lock(name, ttl=opts.ttl, auto_renew=True, reentrant=False)
+        run = records.lock_maker(opts.ttl)(name)
         if refused or not try_lock(run, opts.wait):
             reason = "finished" if records.finished(task_id) else "running"
             return Duplicate(task_name, key, reason, task_id, task_id)
@@ -220,7 +216,7 @@ def start_run(
 
 
 def _adopt(records: TaskRecords, key: str, owner: str, ttl: float) -> Lock | None:
-    lock = records.kit.lock(key, owner=owner, ttl=ttl, auto_renew=True, reentrant=False)
+    lock = records.lock_maker(ttl)(key, owner)
     try:
         lock.acquire()
     except LockNotOwned:
