@@ -93,31 +93,43 @@ def test_a_waiter_gets_the_lock_on_release_with_a_higher_token(kit: LockKit) -> 
 
 
 def test_blocking_and_async_holders_exclude_each_other(kit: LockKit) -> None:
-    held = threading.Event()
-    go = threading.Event()
+    def one_round() -> float:
+        held = threading.Event()
+        go = threading.Event()
 
-    def thread_holder() -> None:
-        with kit.lock("k"):
-            held.set()
-            go.wait(5)
+        def thread_holder() -> None:
+            with kit.lock("k"):
+                held.set()
+                go.wait(5)
 
-    thread = threading.Thread(target=thread_holder)
-    thread.start()
-    assert held.wait(5)
+        thread = threading.Thread(target=thread_holder)
+        thread.start()
+        assert held.wait(5)
 
-    async def main() -> float:
-        lock = kit.lock("k")
-        assert await lock.aacquire(timeout=0.1) is False
-        asyncio.get_running_loop().call_later(0.1, go.set)
-        started = time.monotonic()
-        assert await lock.aacquire(timeout=5)
-        waited = time.monotonic() - started
-        await lock.arelease()
+        async def main() -> float:
+            lock = kit.lock("k")
+            assert await lock.aacquire(timeout=0.1) is False
+            asyncio.get_running_loop().call_later(0.1, go.set)
+            started = time.monotonic()
+            assert await lock.aacquire(timeout=5)
+            waited = time.monotonic() - started
+            await lock.arelease()
+            return waited
+
+        waited = asyncio.run(main())
+        thread.join()
         return waited
 
-    waited = asyncio.run(main())
-    thread.join()
-    assert 0.09 < waited < 0.3
+    # Never before the holder let go, in any round; soon after it in one of three (a loaded
+    # machine can delay one hand-over; a waiter that is not told never makes it).
+    rounds = []
+    for _ in range(3):
+        waited = one_round()
+        assert waited > 0.09
+        rounds.append(waited)
+        if waited < 0.3:
+            return
+    pytest.fail(f"the asyncio waiter took {rounds} s after the thread let go")
 
 
 def test_reentrancy_is_per_task(kit: LockKit) -> None:
@@ -164,11 +176,11 @@ def test_an_async_acquisition_belongs_to_its_handle(kit: LockKit) -> None:
 
 def test_aextend_resets_the_lease(kit: LockKit) -> None:
     async def main() -> None:
-        lock = kit.lock("k", ttl=0.5)
+        lock = kit.lock("k", ttl=1.0)
         assert await lock.aacquire()
         await asyncio.sleep(0.3)
-        await lock.aextend(2.0)
-        await asyncio.sleep(0.4)  # past the first lease
+        await lock.aextend(3.0)
+        await asyncio.sleep(0.9)  # past the first lease
         lock.check()
         lease = kit.admin.info("k")
         assert lease is not None and lease.ttl_remaining is not None
@@ -179,11 +191,11 @@ def test_aextend_resets_the_lease(kit: LockKit) -> None:
 
 
 def test_auto_renew_keeps_an_async_hold(store_url: str) -> None:
-    with LockKit(store_url, ttl=0.3, auto_renew=True) as kit:
+    with LockKit(store_url, ttl=0.6, auto_renew=True) as kit:
 
         async def main() -> None:
             async with kit.lock("k") as held:
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(1.5)  # 2.5 leases
                 held.check()
                 contender = asyncio.create_task(kit.lock("k").aacquire(blocking=False))
                 assert await contender is False
