@@ -198,11 +198,14 @@ class LockKit:
         else:
             options = self._lock_options(ttl, timeout, auto_renew, fair, on_lost, owner)
         if template is not None:
-            options = dict(options)
-            if not isinstance(template, str):
-                raise TypeError(f"template must be a str, got {type(template).__name__}")
-            options["labels"] = self.labels.with_template(template)
+            options = {**options, "labels": self._template_labels(template)}
         return Lock(self, key, reentrant=reentrant, **options)
+
+    def _template_labels(self, template: object) -> Labels:
+        """The kit's metrics labels with a lock's key ``template`` added (checked)."""
+        if not isinstance(template, str):
+            raise TypeError(f"template must be a str, got {type(template).__name__}")
+        return self.labels.with_template(template)
 
     def _default_options(self) -> dict[str, Any]:
         """:meth:`_lock_options` of a lock that gives no option: the kit's settings, checked
@@ -230,9 +233,7 @@ class LockKit:
         options = self._lock_options(ttl, UNSET, auto_renew, False, None, None)
         del options["owner"]
         if template is not None:
-            if not isinstance(template, str):
-                raise TypeError(f"template must be a str, got {type(template).__name__}")
-            options["labels"] = self.labels.with_template(template)
+            options["labels"] = self._template_labels(template)
 
         def make(key: str, owner: str | None = None) -> Lock:
             if owner is not None:
