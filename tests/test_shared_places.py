@@ -94,7 +94,10 @@ def test_readers_share_a_writer_is_alone(kits: list[LockKit]) -> None:
             pass
         (held,) = a.rwlock("doc").holders()
         assert held.token == writer.token and (held.holder or "").startswith("writer")
-    assert a.rwlock("doc").holders() == []
+    # The reader that gave up leaves the queue from a background thread (no round trip past
+    # its timeout); a place the writer's release handed it before that landed is given back
+    # by the same leave, within about a second on a loaded machine.
+    wait_until(lambda: a.rwlock("doc").holders() == [], timeout=2.0)
 
 
 def test_a_reader_behind_a_waiting_writer_waits_its_turn(kits: list[LockKit]) -> None:

@@ -130,7 +130,11 @@ def test_locks_survive_a_server_restart_and_tokens_keep_rising(
                     held.release()
             with pytest.raises(LockNotOwned):  # LockLost is one too
                 held.check()
-        with other.lock("job", timeout=5) as again:
+        # The node goes when the holder's client reconnects (it deletes what it released in
+        # the outage) or when its 10 s session expires, whichever comes first. A reconnect
+        # attempt that reached the server while it was still starting waits for its answer up
+        # to the session timeout (kazoo's connect timeout), so allow the session and then some.
+        with other.lock("job", timeout=15) as again:
             assert again.token is not None and again.token > before
 
 
