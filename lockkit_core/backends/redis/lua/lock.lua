@@ -385,10 +385,12 @@ local function operate(op, K, A)
         redis.call('hset', E, id, entry)
       end
       if first then new_head(Q, E, fair) end
-      -- Q and E get the same expiry, always here, together: one of them tells both's.
+      -- Q and E get the same expiry, always here, together: one of them tells both's. They
+      -- get GRACE_MS more than this entry needs, so the joins that follow within that time
+      -- (a busy queue's, one per hand-over) need not set it again.
       if redis.call('pttl', Q) < keep then
-        redis.call('pexpire', Q, keep)
-        redis.call('pexpire', E, keep)
+        redis.call('pexpire', Q, keep + GRACE_MS)
+        redis.call('pexpire', E, keep + GRACE_MS)
       end
     end
     local current_id, current = holder_id()
