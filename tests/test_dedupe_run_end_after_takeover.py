@@ -1,0 +1,51 @@
+"""A run that ends after its run record expired and a redelivered copy began: both copies
+adopted the call's key with the same owner token (it travels in the task's headers), so the
+late end must not free the key under the copy that now runs."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from lockkit_core import LockKit
+from lockkit_core.lock import new_owner_token
+from lockkit_core.testing import RedisServer
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def kit(redis_server: RedisServer) -> Iterator[LockKit]:
+    kit = LockKit(redis_server.url, namespace=f"t{uuid.uuid4().hex[:8]}", ttl=10)
+    try:
+        yield kit
+    finally:
+        kit.close()
+
+
+def test_a_late_end_of_a_taken_over_run_leaves_the_new_copys_key_held(kit: LockKit) -> None:
+    backend = kit.backend
+    run, key = f"{kit.namespace}:run:t1", f"{kit.namespace}:call"
+    owner = new_owner_token()  # the producer's, in the task's headers: both copies adopt it
+    assert backend.try_acquire(key, owner, 5).acquired
+    first_run = new_owner_token()
+    ran, kept = backend.begin_run(run, first_run, key, owner, 0.3)
+    assert ran.acquired and kept.acquired
+    # The first copy stalls: its run record expires, while its key lease (the same ttl,
+    # renewed a moment later by the same watchdog) is still alive.
+    assert backend.extend(key, owner, 5)
+    time.sleep(0.5)
+    assert backend.info(run) is None
+    second_run = new_owner_token()
+    ran2, kept2 = backend.begin_run(run, second_run, key, owner, 5)
+    assert ran2.acquired and kept2.acquired, "the redelivered copy runs now"
+    # The first copy wakes up and ends its run.
+    answers = backend.end_run([(key, owner), (run, first_run)])
+    assert answers[1] is False, "its run record is the second copy's"
+    assert backend.info(key) is not None, (
+        f"the late end of the first copy freed the key the second copy runs under ({answers})"
+    )
+    assert backend.end_run([(key, owner), (run, second_run)]) == [True, True]
