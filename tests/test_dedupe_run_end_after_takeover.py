@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -14,12 +15,16 @@ from lockkit_core import LockKit
 from lockkit_core.lock import new_owner_token
 from lockkit_core.testing import RedisServer
 
-pytestmark = pytest.mark.redis
 
-
-@pytest.fixture
-def kit(redis_server: RedisServer) -> Iterator[LockKit]:
-    kit = LockKit(redis_server.url, namespace=f"t{uuid.uuid4().hex[:8]}", ttl=10)
+@pytest.fixture(params=[pytest.param("redis", marks=pytest.mark.redis), "file"])
+def kit(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LockKit]:
+    """redis:// (one script call each: lua/runs.lua) and file:// (the Backend defaults)."""
+    if request.param == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        url = server.url
+    else:
+        url = f"file://{tmp_path / 'locks'}"
+    kit = LockKit(url, namespace=f"t{uuid.uuid4().hex[:8]}", ttl=10)
     try:
         yield kit
     finally:
