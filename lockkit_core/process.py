@@ -1,11 +1,12 @@
 """This process as the lock layer sees it: its id and the owner tokens it hands out, both
-kept right across ``fork()``.
+kept right across ``fork()``, including a fork made below Python.
 
-Every acquire and release asks for them, and both cost a system call each time when asked
-of the OS (``os.getpid()``, ``os.urandom()``): the id is cached and refreshed in a forked
-child, the tokens are drawn from ``os.urandom`` 64 at a time and the unused ones dropped in
-a forked child (two processes handing out the same owner token would both believe they
-hold the same lock). :mod:`random` reseeds itself on fork through the same hook.
+Owner tokens are drawn from ``os.urandom`` 64 at a time (one system call rather than one per
+acquisition). Two processes handing out the same owner token would both believe they hold
+the same lock, so the unused ones belong to the process that drew them: a process whose id
+is not the drawer's drops them first. The id is asked of the OS each time, never cached: a C
+extension or server that forks without ``PyOS_AfterFork_Child`` (uWSGI without
+``--py-call-uwsgi-fork-hooks``) runs no ``os.register_at_fork`` hook in the child.
 """
 
 from __future__ import annotations
@@ -17,14 +18,12 @@ __all__ = ["TOKENS_PER_DRAW", "new_owner_token", "pid"]
 
 #: owner tokens drawn from ``os.urandom`` in one call
 TOKENS_PER_DRAW = 64
-_pid = [os.getpid()]  # a list: updated in place after a fork
 #: unused tokens; ``list.pop`` and ``list.extend`` are atomic, so threads never share one
 _tokens: list[str] = []
+_drawn_by = [os.getpid()]  # the process the unused tokens are for
 
-
-def pid() -> int:
-    """``os.getpid()``, without the system call."""
-    return _pid[0]
+#: this process's id (``os.getpid``: asked every time, see the module docstring)
+pid = os.getpid
 
 
 _here = threading.local()
@@ -50,18 +49,13 @@ def thread_mark() -> ThreadMark:
 
 def new_owner_token() -> str:
     """A fresh, unguessable 128-bit owner token (32 hex digits), from ``os.urandom``."""
+    me = os.getpid()
+    if _drawn_by[0] != me:  # a forked child: the parent's tokens are the parent's
+        _tokens.clear()
+        _drawn_by[0] = me
     try:
         return _tokens.pop()
     except IndexError:
         drawn = os.urandom(16 * TOKENS_PER_DRAW).hex()
         _tokens.extend([drawn[i : i + 32] for i in range(0, len(drawn), 32)])
         return _tokens.pop()
-
-
-def _after_fork_in_child() -> None:
-    _pid[0] = os.getpid()
-    _tokens.clear()  # the parent may hand them out too
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
