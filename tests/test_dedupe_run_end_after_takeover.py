@@ -47,10 +47,11 @@ def test_a_late_end_of_a_taken_over_run_leaves_the_new_copys_key_held(kit: LockK
     second_run = new_owner_token()
     ran2, kept2 = backend.begin_run(run, second_run, key, owner, 5)
     assert ran2.acquired and kept2.acquired, "the redelivered copy runs now"
-    # The first copy wakes up and ends its run.
-    answers = backend.end_run([(key, owner), (run, first_run)])
-    assert answers[1] is False, "its run record is the second copy's"
+    # The first copy wakes up and ends its run, its run record guarding the key's release.
+    answers = backend.end_run([(key, owner)], guard=(run, first_run, 5.0))
+    assert answers == [False, False], "its run record is the second copy's"
     assert backend.info(key) is not None, (
         f"the late end of the first copy freed the key the second copy runs under ({answers})"
     )
-    assert backend.end_run([(key, owner), (run, second_run)]) == [True, True]
+    assert backend.end_run([(key, owner)], guard=(run, second_run, 5.0)) == [True, True]
+    assert backend.info(key) is None and backend.info(run) is None
