@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
+from . import process
 from .admin import Admin
 from .backends.base import Backend, Capability
 from .config import UNSET, LockKitConfig, Seconds
@@ -43,8 +43,7 @@ def _after_fork_in_child() -> None:
         kit._after_fork_in_child()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+process.after_fork(_after_fork_in_child)
 
 
 class LockKit:

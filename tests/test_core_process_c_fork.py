@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -68,3 +69,25 @@ def test_a_child_forked_in_c_never_releases_its_parents_lock(tmp_path: Path) -> 
             assert answer == "refused"
         finally:
             lock.release()
+
+
+def test_a_child_forked_in_c_renews_its_own_locks(tmp_path: Path) -> None:
+    # The parent's renewal thread is running when the child is made; the child has no such
+    # thread, whatever the thread's object (copied with the parent's memory) says.
+    with (
+        LockKit(f"file://{tmp_path}", namespace="cfork", ttl=30) as kit,
+        kit.lock("parent-held", auto_renew=True),
+    ):
+
+        def hold_past_the_ttl() -> str:
+            lock = kit.lock("child-held", ttl=0.5, auto_renew=True)
+            assert lock.acquire(blocking=False)
+            time.sleep(1.5)
+            try:
+                lock.check()
+            except LockNotOwned as exc:
+                return f"lost: {exc}"
+            lock.release()
+            return "held"
+
+        assert _in_c_forked_child(hold_past_the_ttl) == "held"
