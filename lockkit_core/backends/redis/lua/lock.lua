@@ -16,7 +16,9 @@
 --                 past that head), 'h' ('<id>|<channel>' of the head when it is a fair=False
 --                 waiter), 'w' (the head's id once it knows when to ask again), 'l' (the
 --                 process that last freed the lock past the head), 's' (a
---                 fair=True waiter joined: no barging until the queue empties)
+--                 fair=True waiter joined: no barging until the queue empties, and 't',
+--                 'n', 'h', 'w' are no longer kept up to date, being read only to barge);
+--                 Q and E always get the same expiry (see join)
 --   G  "lockkit:{<ns:key>}:g:<id>"  list: the token handed to the waiter <id> of an '='
 --                 entry, which waits for it with BLPOP. KEYS[5] of the waiter's own 'acquire'
 --                 and of 'leave', which clear it. A release pushes to the head's without
