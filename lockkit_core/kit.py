@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
+from . import process
 from .admin import Admin
 from .backends.base import Backend, Capability
-from .config import UNSET, LockKitConfig, Seconds, check_lock_ttl, check_timeout
-from .errors import ConfigError, NotSupported
+from .config import UNSET, LockKitConfig, Seconds
+from .errors import NotSupported
 from .hold_table import Holds
 from .keys import KeyTemplate, check_key
 from .lock import Lock, OnLost
+from .lock_options import check_owner, lock_options, place_options
 from .observe import Labels
 from .registry import create_backend
 from .rwlock import RWLock
@@ -37,18 +38,12 @@ class LockMaker(Protocol):
     def __call__(self, key: str, owner: str | None = None) -> Lock: ...
 
 
-def _check_owner(owner: object) -> None:
-    if not isinstance(owner, str) or len(owner) != 32:
-        raise ConfigError("owner must be the 32-character token of an existing acquisition")
-
-
 def _after_fork_in_child() -> None:
     for kit in list(_kits):
         kit._after_fork_in_child()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+process.after_fork(_after_fork_in_child)
 
 
 class LockKit:
@@ -237,7 +232,7 @@ class LockKit:
 
         def make(key: str, owner: str | None = None) -> Lock:
             if owner is not None:
-                _check_owner(owner)
+                check_owner(owner)
             # Lock copies on_lost: the handles share no list.
             return Lock(self, check_key(key), reentrant=reentrant, owner=owner, **options)
 
@@ -252,58 +247,8 @@ class LockKit:
         on_lost: OnLost | Iterable[OnLost] | None,
         owner: str | None,
     ) -> dict[str, Any]:
-        cfg = self.config
-        caps = self.backend.capabilities
-        # session-bound only: no lease at all, the lock ends with the store session
-        leases = Capability.TTL in caps or Capability.NO_LEASE not in caps
-        # A store without leases (advisory locks) holds for the session: the kit's default
-        # ttl, a lease length, has nothing to apply to there.
-        default_ttl = cfg.ttl if leases else None
-        real_ttl = default_ttl if ttl is UNSET else check_lock_ttl(ttl)
-        if real_ttl is None and Capability.NO_LEASE not in self.backend.capabilities:
-            raise NotSupported(
-                f"the {self.backend.url.scheme}:// backend cannot hold a lock without a lease "
-                "(ttl=None): it frees a lock only when its lease runs out, so a holder that "
-                "crashed would keep it for ever. Give a ttl (auto_renew keeps it held), or "
-                "use memory:// or file://, which free a lock when its holder process ends"
-            )
-        if real_ttl is not None and not leases:
-            raise NotSupported(
-                f"{self.backend.describe()} has no leases: a lock lasts as long as the session "
-                "that took it, so a ttl could not be kept. Leave ttl out (or pass ttl=None), or "
-                "use a store with leases"
-            )
-        real_timeout = cfg.timeout if timeout is UNSET else check_timeout(timeout)
-        renew = cfg.auto_renew if auto_renew is UNSET else auto_renew
-        if not isinstance(renew, bool):
-            raise ConfigError(f"auto_renew must be True or False, got {renew!r}")
-        if not isinstance(fair, bool):
-            raise ConfigError(f"fair must be True or False, got {fair!r}")
-        if fair and Capability.FAIR not in self.backend.capabilities:
-            raise NotSupported(
-                f"the {self.backend.url.scheme}:// backend cannot queue waiters in order; "
-                "drop fair=True or use memory://"
-            )
-        if owner is not None:
-            _check_owner(owner)
-        callbacks: list[OnLost]
-        if on_lost is None:
-            callbacks = []
-        elif callable(on_lost):
-            callbacks = [on_lost]
-        else:
-            callbacks = list(on_lost)
-            if not all(callable(c) for c in callbacks):
-                raise ConfigError("on_lost must be a callable or a list of callables")
-        return {
-            "ttl": real_ttl,
-            "timeout": real_timeout,
-            "auto_renew": renew,
-            "fair": fair,
-            "on_lost": callbacks,
-            "owner": owner,
-            "labels": self.labels,
-        }
+        return lock_options(self.config, self.backend, self.labels,
+                            ttl, timeout, auto_renew, fair, on_lost, owner)  # fmt: skip
 
     def rwlock(
         self,
@@ -344,10 +289,7 @@ class LockKit:
     ) -> dict[str, Any]:
         """``options`` (of :meth:`_lock_options`) with one place's ``timeout`` and ``owner``
         checked as ``kit.lock()`` checks them."""
-        if owner is not None:
-            _check_owner(owner)
-        wait = options["timeout"] if timeout is UNSET else check_timeout(timeout)
-        return {**options, "timeout": wait, "owner": owner}
+        return place_options(options, timeout, owner)
 
     def shared_parts(self, mode: str, limit: int) -> SharedKit:
         """What the handles of places of ``mode`` (and ``limit``) see of this kit, made once,
