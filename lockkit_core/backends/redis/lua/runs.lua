@@ -80,7 +80,9 @@ if ARGV[1] == 'end' then
       return released
     end
   end
-  for k = 2 * markers + 1, #KEYS, 2 do
+  -- the guard, last, was found ours above: it is freed without reading it again
+  local last = ARGV[3] == '1' and #KEYS - 3 or #KEYS - 1
+  for k = 2 * markers + 1, last, 2 do
     local current = redis.call('get', KEYS[k])
     -- a lease lost meanwhile (expired, forced, another owner's now) is left alone: 0
     if current and string.sub(current, 1, 40) == redis.sha1hex(ARGV[a]) then
@@ -90,6 +92,10 @@ if ARGV[1] == 'end' then
       released[#released + 1] = 0
     end
     a = a + 1
+  end
+  if last < #KEYS - 1 then
+    redis.call('del', KEYS[#KEYS - 1])
+    released[#released + 1] = 1
   end
   return released
 end
