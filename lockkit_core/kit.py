@@ -16,7 +16,7 @@ from .errors import NotSupported
 from .hold_table import Holds
 from .keys import KeyTemplate, check_key
 from .lock import Lock, OnLost
-from .lock_options import check_owner, lock_options, place_options
+from .lock_options import check_owner, lock_options
 from .observe import Labels
 from .registry import create_backend
 from .rwlock import RWLock
@@ -191,7 +191,7 @@ class LockKit:
         ):
             options = self._default_options()
         else:
-            options = self._lock_options(ttl, timeout, auto_renew, fair, on_lost, owner)
+            options = lock_options(self, ttl, timeout, auto_renew, fair, on_lost, owner)
         if template is not None:
             options = {**options, "labels": self._template_labels(template)}
         return Lock(self, key, reentrant=reentrant, **options)
@@ -203,13 +203,13 @@ class LockKit:
         return self.labels.with_template(template)
 
     def _default_options(self) -> dict[str, Any]:
-        """:meth:`_lock_options` of a lock that gives no option: the kit's settings, checked
+        """The options of a lock that gives none: the kit's settings, checked
         once per config rather than on every ``kit.lock(key)`` (a handle per request)."""
         defaults = self._defaults
         if defaults is None or defaults[0] is not self.config:
             self._defaults = defaults = (
                 self.config,
-                self._lock_options(UNSET, UNSET, UNSET, False, None, None),
+                lock_options(self, UNSET, UNSET, UNSET, False, None, None),
             )
         return defaults[1]
 
@@ -225,7 +225,7 @@ class LockKit:
         as a function of ``key`` (and ``owner``), its options checked once: for code that
         makes a handle per request or task with the same options (the web guards, the task
         workers), where checking them again each time costs more than the handle itself."""
-        options = self._lock_options(ttl, UNSET, auto_renew, False, None, None)
+        options = lock_options(self, ttl, UNSET, auto_renew, False, None, None)
         del options["owner"]
         if template is not None:
             options["labels"] = self._template_labels(template)
@@ -237,18 +237,6 @@ class LockKit:
             return Lock(self, check_key(key), reentrant=reentrant, owner=owner, **options)
 
         return make
-
-    def _lock_options(
-        self,
-        ttl: Seconds,
-        timeout: Seconds,
-        auto_renew: Any,
-        fair: bool,
-        on_lost: OnLost | Iterable[OnLost] | None,
-        owner: str | None,
-    ) -> dict[str, Any]:
-        return lock_options(self.config, self.backend, self.labels,
-                            ttl, timeout, auto_renew, fair, on_lost, owner)  # fmt: skip
 
     def rwlock(
         self,
@@ -263,7 +251,7 @@ class LockKit:
         ``on_lost`` mean the same (see :mod:`lockkit_core.shared`)."""
         check_key(key)
         self._require_shared("rwlock")
-        return RWLock(self, key, self._lock_options(ttl, UNSET, auto_renew, False, on_lost, None))
+        return RWLock(self, key, lock_options(self, ttl, UNSET, auto_renew, False, on_lost, None))
 
     def semaphore(
         self,
@@ -281,15 +269,8 @@ class LockKit:
         check_key(key)
         check_limit(limit)
         self._require_shared("semaphore")
-        options = self._lock_options(ttl, timeout, auto_renew, False, on_lost, owner)
+        options = lock_options(self, ttl, timeout, auto_renew, False, on_lost, owner)
         return Semaphore(self, key, limit, options)
-
-    def place_options(
-        self, options: dict[str, Any], timeout: Seconds, owner: str | None
-    ) -> dict[str, Any]:
-        """``options`` (of :meth:`_lock_options`) with one place's ``timeout`` and ``owner``
-        checked as ``kit.lock()`` checks them."""
-        return place_options(options, timeout, owner)
 
     def shared_parts(self, mode: str, limit: int) -> SharedKit:
         """What the handles of places of ``mode`` (and ``limit``) see of this kit, made once,
@@ -326,7 +307,7 @@ class LockKit:
         ``async def`` the lock is awaited (``async with``), never blocking the event loop.
         """
         template = KeyTemplate(key)
-        options = self._lock_options(ttl, timeout, auto_renew, fair, on_lost, None)
+        options = lock_options(self, ttl, timeout, auto_renew, fair, on_lost, None)
         shown = key if isinstance(key, str) else getattr(key, "__qualname__", repr(key))
         options["labels"] = self.labels.with_template(shown)
 

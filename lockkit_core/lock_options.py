@@ -5,13 +5,15 @@ settings and what its store can do, as the keyword arguments of a handle."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .backends.base import Backend, Capability
-from .config import UNSET, LockKitConfig, Seconds, check_lock_ttl, check_timeout
+from .backends.base import Capability
+from .config import UNSET, Seconds, check_lock_ttl, check_timeout
 from .errors import ConfigError, NotSupported
 from .lock import OnLost
-from .observe import Labels
+
+if TYPE_CHECKING:
+    from .kit import LockKit
 
 __all__ = ["check_owner", "lock_options", "place_options"]
 
@@ -23,9 +25,7 @@ def check_owner(owner: object) -> None:
 
 
 def lock_options(
-    cfg: LockKitConfig,
-    backend: Backend,
-    labels: Labels,
+    kit: LockKit,
     ttl: Seconds,
     timeout: Seconds,
     auto_renew: Any,
@@ -35,6 +35,7 @@ def lock_options(
 ) -> dict[str, Any]:
     """A handle's options: those left out (``UNSET``) from ``cfg``, each checked, with a
     clear error for one ``backend`` cannot keep (a ttl without leases, fair without a queue)."""
+    cfg, backend = kit.config, kit.backend
     caps = backend.capabilities
     # session-bound only: no lease at all, the lock ends with the store session
     leases = Capability.TTL in caps or Capability.NO_LEASE not in caps
@@ -84,7 +85,7 @@ def lock_options(
         "fair": fair,
         "on_lost": callbacks,
         "owner": owner,
-        "labels": labels,
+        "labels": kit.labels,
     }
 
 
