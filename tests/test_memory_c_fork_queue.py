@@ -1,0 +1,76 @@
+"""memory:// in a child forked below Python (libc's ``fork()``: no at-fork hook runs, as uWSGI
+without ``--py-call-uwsgi-fork-hooks``): the child's copy of the store keeps the fair queue of
+its parent's waiting threads, which do not exist in the child. A waiter of the child must
+still be served once the lease it waits for (the parent's, copied) runs out, as it is after
+``os.fork`` (whose at-fork hook forgets the parent's waiters)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from lockkit_core import LockKit
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+
+#: libc's fork() called with the GIL held (PyDLL), as a C extension would: no Python hooks run
+_c_fork = ctypes.PyDLL(None).fork
+_c_fork.restype = ctypes.c_int
+FORKS: dict[str, Callable[[], int]] = {"os.fork": os.fork, "libc fork": _c_fork}
+
+
+def _in_child(fork: Callable[[], int], work: Callable[[], Any]) -> Any:
+    read, write = os.pipe()
+    pid = fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        try:
+            os.write(write, json.dumps(work()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        seen = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    return seen
+
+
+@pytest.mark.parametrize("fork", list(FORKS))
+def test_a_forked_childs_fair_waiter_is_served_past_its_parents_queued_threads(
+    fork: str,
+) -> None:
+    with LockKit(f"memory://{uuid.uuid4().hex}", namespace="fork", ttl=30) as kit:
+        holder = kit.lock("k", ttl=0.5, auto_renew=False)
+        assert holder.acquire(blocking=False)
+        queued = threading.Event()
+
+        def parent_waiter() -> None:
+            lock = kit.lock("k", fair=True, ttl=30, timeout=20, auto_renew=False)
+            queued.set()
+            if lock.acquire():
+                lock.release()
+
+        thread = threading.Thread(target=parent_waiter, daemon=True)
+        thread.start()
+        assert queued.wait(5)
+        time.sleep(0.2)  # the parent's thread is queued behind the holder
+
+        def wait_in_child() -> bool:
+            # the copied lease (0.5 s) runs out; nobody else in the child wants the key
+            lock = kit.lock("k", fair=True, ttl=5, timeout=4, auto_renew=False)
+            got = lock.acquire()
+            if got:
+                lock.release()
+            return got
+
+        got = _in_child(FORKS[fork], wait_in_child)
+        # the holder's 0.5 s lease ran out meanwhile: the parent's thread takes the key
+        thread.join(20)
+    assert got, "the child's waiter was never served: its queue still held its parent's threads"
