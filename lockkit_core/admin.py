@@ -6,6 +6,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from . import process
 from .backends.base import Backend, Capability, Lease, capability_names
 from .errors import NotSupported
 from .keys import check_key, namespaced
@@ -100,6 +101,7 @@ class Admin:
         """Held locks whose key starts with ``prefix``, sorted by key."""
         if not isinstance(prefix, str):
             raise TypeError(f"prefix must be str, got {type(prefix).__name__}")
+        process.check_fork()
         backend = self._kit.backend
         if Capability.LIST not in backend.capabilities:
             raise NotSupported(f"the {backend.url.scheme}:// backend cannot list its locks")
@@ -109,6 +111,7 @@ class Admin:
 
     def info(self, key: str) -> LockInfo | None:
         """The lock on ``key``, or None if it is free."""
+        process.check_fork()
         lease = self._kit.backend.info(namespaced(self._kit.namespace, check_key(key)))
         return None if lease is None else self._relative(lease)
 
@@ -118,6 +121,7 @@ class Admin:
         The holder is not told until it next renews, extends, releases or calls ``check()``
         after its lease would have ended: use fencing tokens where that matters.
         """
+        process.check_fork()
         return self._kit.backend.force_release(namespaced(self._kit.namespace, check_key(key)))
 
     def backend_info(self) -> BackendInfo:

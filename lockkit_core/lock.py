@@ -93,6 +93,7 @@ class Lock(HandOver):
 
     def locked(self) -> bool:
         """True if anyone holds the key (asks the store)."""
+        process.check_fork()
         return self.kit.backend.info(self.full_key) is not None
 
     # -- acquire / release -------------------------------------------------------------------
@@ -236,6 +237,7 @@ class Lock(HandOver):
         if isinstance(hold, Hold):
             hold.release()
         elif hold is not None:
+            process.check_fork()
             self._given_released(self.kit.backend.release(self.full_key, hold))
 
     async def arelease(self) -> None:
@@ -264,6 +266,7 @@ class Lock(HandOver):
             hold.extend(new_ttl, raise_on_loss=True)
             self._extended(hold, unleased)
         else:
+            process.check_fork()
             self._given_extended(self.kit.backend.extend(self.full_key, hold, new_ttl))
 
     async def aextend(self, ttl: float | None = None) -> None:

@@ -15,6 +15,7 @@ relies on its parent's renewal thread or connections.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -27,6 +28,8 @@ TOKENS_PER_DRAW = 64
 _tokens: list[str] = []
 _seen = [os.getpid()]  # the process the state above (and the after_fork callbacks') is for
 _after_fork: list[Callable[[], None]] = []
+_redoing: dict[int, threading.Lock] = {}  # by process id: see check_fork
+log = logging.getLogger("lockkit")
 
 #: this process's id (``os.getpid``: asked every time, see the module docstring)
 pid = os.getpid
@@ -72,13 +75,23 @@ def after_fork(callback: Callable[[], None]) -> None:
 
 def check_fork() -> None:
     """Redo what a forked child must (the tokens drawn ahead dropped, the :func:`after_fork`
-    callbacks run, in order), once, if this process is not the one that last did."""
+    callbacks run, in order), once, if this process has not yet. Every thread of the child
+    that asks meanwhile waits until it is done: none goes on with its parent's state."""
     me = os.getpid()
-    if _seen[0] != me:
-        _seen[0] = me
+    if _seen[0] == me:
+        return
+    # A lock of this process's own: one copied from the parent may be held by a thread the
+    # child does not have.
+    with _redoing.setdefault(me, threading.Lock()):
+        if _seen[0] == me:
+            return
         _tokens.clear()  # the parent's: it may hand them out too
         for callback in list(_after_fork):
-            callback()
+            try:
+                callback()
+            except Exception:  # one broken callback must not leave the others undone
+                log.exception("lockkit: a callback after fork failed")
+        _seen[0] = me
 
 
 if hasattr(os, "register_at_fork"):

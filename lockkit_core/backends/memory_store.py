@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .. import process
 from .memory_shared import MemoryPlaces
 
 __all__ = ["SWEEP_AT", "Entry", "MemoryStore", "store_named"]
@@ -97,44 +98,58 @@ class MemoryStore:
 
 
 _stores: dict[str, MemoryStore] = {}
-_stores_lock = threading.Lock()
+_stores_lock = [threading.Lock()]  # a list: replaced in place in a forked child
 
 
 def store_named(name: str) -> MemoryStore:
     """The store of ``memory://NAME`` in this process, made on first use."""
     # Stores are kept for the life of the process: an empty one costs a few hundred bytes, and
     # its fence counter is what keeps tokens rising for a kit made later under the same name.
-    with _stores_lock:
+    with _stores_lock[0]:
         return _stores.setdefault(name, MemoryStore())
 
 
 # A fork copies the stores but only the forking thread: hold every store's lock across the
 # fork so that the child's copy is never locked by a thread it does not have, nor caught
-# half-way through an update.
+# half-way through an update. A fork made below Python runs none of these hooks: the child
+# then gets locks of its own and forgets its parent's waiters when it first acquires
+# (lockkit_core.process.after_fork).
+_held_across_fork: list[threading.Lock] = []
 
 
 def _before_fork() -> None:
-    _stores_lock.acquire()
-    for store in _stores.values():
-        store.lock.acquire()
+    _stores_lock[0].acquire()
+    held = [store.lock for store in _stores.values()]
+    for lock in held:
+        lock.acquire()
+    _held_across_fork[:] = [_stores_lock[0], *held]
 
 
-def _after_fork_in_parent() -> None:
-    for store in _stores.values():
-        store.lock.release()
-    _stores_lock.release()
+def _release_held() -> None:
+    held, _held_across_fork[:] = list(_held_across_fork), []
+    for lock in reversed(held):
+        lock.release()
 
 
 def _after_fork_in_child() -> None:
+    _release_held()
     for store in _stores.values():
         store.forget_waiters()
-        store.lock.release()
-    _stores_lock.release()
+
+
+def _after_fork_without_hooks() -> None:
+    # Run in every child (after the hooks above where Python forked, harmlessly): a lock the
+    # parent's other threads held at a fork made below Python would stay locked for ever.
+    _stores_lock[0] = threading.Lock()
+    for store in _stores.values():
+        store.lock = threading.Lock()
+        store.forget_waiters()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(
         before=_before_fork,
-        after_in_parent=_after_fork_in_parent,
+        after_in_parent=_release_held,
         after_in_child=_after_fork_in_child,
     )
+process.after_fork(_after_fork_without_hooks)
