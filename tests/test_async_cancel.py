@@ -29,12 +29,16 @@ def kit(store_url: str) -> Iterator[LockKit]:
 
 
 async def next_is_immediate(kit: LockKit, key: str) -> float:
-    started = time.monotonic()
-    lock = kit.lock(key)
-    assert await lock.aacquire(blocking=False), "the key should be free at once"
-    took = time.monotonic() - started
-    await lock.arelease()
-    return took
+    """The quickest of three non-blocking takes of ``key``, each of which must succeed: one
+    round trip, which a loaded machine may stretch once, but not every time."""
+    took = []
+    for _ in range(3):
+        started = time.monotonic()
+        lock = kit.lock(key)
+        assert await lock.aacquire(blocking=False), "the key should be free at once"
+        took.append(time.monotonic() - started)
+        await lock.arelease()
+    return min(took)
 
 
 @pytest.mark.parametrize("fair", [False, True])
