@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
+from . import process
 from .admin import Admin
 from .backends.base import Backend, Capability
-from .config import UNSET, LockKitConfig, Seconds, check_lock_ttl, check_timeout
-from .errors import ConfigError, NotSupported
+from .config import UNSET, LockKitConfig, Seconds
+from .errors import NotSupported
 from .hold_table import Holds
 from .keys import KeyTemplate, check_key
 from .lock import Lock, OnLost
+from .lock_options import check_owner, lock_options
 from .observe import Labels
 from .registry import create_backend
 from .rwlock import RWLock
@@ -37,18 +38,12 @@ class LockMaker(Protocol):
     def __call__(self, key: str, owner: str | None = None) -> Lock: ...
 
 
-def _check_owner(owner: object) -> None:
-    if not isinstance(owner, str) or len(owner) != 32:
-        raise ConfigError("owner must be the 32-character token of an existing acquisition")
-
-
 def _after_fork_in_child() -> None:
     for kit in list(_kits):
         kit._after_fork_in_child()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+process.after_fork(_after_fork_in_child)
 
 
 class LockKit:
@@ -196,7 +191,7 @@ class LockKit:
         ):
             options = self._default_options()
         else:
-            options = self._lock_options(ttl, timeout, auto_renew, fair, on_lost, owner)
+            options = lock_options(self, ttl, timeout, auto_renew, fair, on_lost, owner)
         if template is not None:
             options = {**options, "labels": self._template_labels(template)}
         return Lock(self, key, reentrant=reentrant, **options)
@@ -208,13 +203,13 @@ class LockKit:
         return self.labels.with_template(template)
 
     def _default_options(self) -> dict[str, Any]:
-        """:meth:`_lock_options` of a lock that gives no option: the kit's settings, checked
+        """The options of a lock that gives none: the kit's settings, checked
         once per config rather than on every ``kit.lock(key)`` (a handle per request)."""
         defaults = self._defaults
         if defaults is None or defaults[0] is not self.config:
             self._defaults = defaults = (
                 self.config,
-                self._lock_options(UNSET, UNSET, UNSET, False, None, None),
+                lock_options(self, UNSET, UNSET, UNSET, False, None, None),
             )
         return defaults[1]
 
@@ -230,80 +225,18 @@ class LockKit:
         as a function of ``key`` (and ``owner``), its options checked once: for code that
         makes a handle per request or task with the same options (the web guards, the task
         workers), where checking them again each time costs more than the handle itself."""
-        options = self._lock_options(ttl, UNSET, auto_renew, False, None, None)
+        options = lock_options(self, ttl, UNSET, auto_renew, False, None, None)
         del options["owner"]
         if template is not None:
             options["labels"] = self._template_labels(template)
 
         def make(key: str, owner: str | None = None) -> Lock:
             if owner is not None:
-                _check_owner(owner)
+                check_owner(owner)
             # Lock copies on_lost: the handles share no list.
             return Lock(self, check_key(key), reentrant=reentrant, owner=owner, **options)
 
         return make
-
-    def _lock_options(
-        self,
-        ttl: Seconds,
-        timeout: Seconds,
-        auto_renew: Any,
-        fair: bool,
-        on_lost: OnLost | Iterable[OnLost] | None,
-        owner: str | None,
-    ) -> dict[str, Any]:
-        cfg = self.config
-        caps = self.backend.capabilities
-        # session-bound only: no lease at all, the lock ends with the store session
-        leases = Capability.TTL in caps or Capability.NO_LEASE not in caps
-        # A store without leases (advisory locks) holds for the session: the kit's default
-        # ttl, a lease length, has nothing to apply to there.
-        default_ttl = cfg.ttl if leases else None
-        real_ttl = default_ttl if ttl is UNSET else check_lock_ttl(ttl)
-        if real_ttl is None and Capability.NO_LEASE not in self.backend.capabilities:
-            raise NotSupported(
-                f"the {self.backend.url.scheme}:// backend cannot hold a lock without a lease "
-                "(ttl=None): it frees a lock only when its lease runs out, so a holder that "
-                "crashed would keep it for ever. Give a ttl (auto_renew keeps it held), or "
-                "use memory:// or file://, which free a lock when its holder process ends"
-            )
-        if real_ttl is not None and not leases:
-            raise NotSupported(
-                f"{self.backend.describe()} has no leases: a lock lasts as long as the session "
-                "that took it, so a ttl could not be kept. Leave ttl out (or pass ttl=None), or "
-                "use a store with leases"
-            )
-        real_timeout = cfg.timeout if timeout is UNSET else check_timeout(timeout)
-        renew = cfg.auto_renew if auto_renew is UNSET else auto_renew
-        if not isinstance(renew, bool):
-            raise ConfigError(f"auto_renew must be True or False, got {renew!r}")
-        if not isinstance(fair, bool):
-            raise ConfigError(f"fair must be True or False, got {fair!r}")
-        if fair and Capability.FAIR not in self.backend.capabilities:
-            raise NotSupported(
-                f"the {self.backend.url.scheme}:// backend cannot queue waiters in order; "
-                "drop fair=True or use memory://"
-            )
-        if owner is not None:
-            _check_owner(owner)
-        callbacks: list[OnLost]
-        if on_lost is None:
-            callbacks = []
-        elif callable(on_lost):
-            callbacks = [on_lost]
-        else:
-            callbacks = list(on_lost)
-            if not all(callable(c) for c in callbacks):
-                raise ConfigError("on_lost must be a callable or a list of callables")
-        return {
-            "ttl": real_ttl,
-            "timeout": real_timeout,
-            "auto_renew": renew,
-            "fair": fair,
-            "on_lost": callbacks,
-            "owner": owner,
-            "labels": self.labels,
-        }
 
     def rwlock(
         self,
@@ -318,7 +251,7 @@ class LockKit:
         ``on_lost`` mean the same (see :mod:`lockkit_core.shared`)."""
         check_key(key)
         self._require_shared("rwlock")
-        return RWLock(self, key, self._lock_options(ttl, UNSET, auto_renew, False, on_lost, None))
+        return RWLock(self, key, lock_options(self, ttl, UNSET, auto_renew, False, on_lost, None))
 
     def semaphore(
         self,
@@ -336,18 +269,8 @@ class LockKit:
         check_key(key)
         check_limit(limit)
         self._require_shared("semaphore")
-        options = self._lock_options(ttl, timeout, auto_renew, False, on_lost, owner)
+        options = lock_options(self, ttl, timeout, auto_renew, False, on_lost, owner)
         return Semaphore(self, key, limit, options)
-
-    def place_options(
-        self, options: dict[str, Any], timeout: Seconds, owner: str | None
-    ) -> dict[str, Any]:
-        """``options`` (of :meth:`_lock_options`) with one place's ``timeout`` and ``owner``
-        checked as ``kit.lock()`` checks them."""
-        if owner is not None:
-            _check_owner(owner)
-        wait = options["timeout"] if timeout is UNSET else check_timeout(timeout)
-        return {**options, "timeout": wait, "owner": owner}
 
     def shared_parts(self, mode: str, limit: int) -> SharedKit:
         """What the handles of places of ``mode`` (and ``limit``) see of this kit, made once,
@@ -384,7 +307,7 @@ class LockKit:
         ``async def`` the lock is awaited (``async with``), never blocking the event loop.
         """
         template = KeyTemplate(key)
-        options = self._lock_options(ttl, timeout, auto_renew, fair, on_lost, None)
+        options = lock_options(self, ttl, timeout, auto_renew, fair, on_lost, None)
         shown = key if isinstance(key, str) else getattr(key, "__qualname__", repr(key))
         options["labels"] = self.labels.with_template(shown)
 

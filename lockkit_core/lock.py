@@ -121,6 +121,7 @@ class Lock(HandOver):
         # taken twice by one thread waits on itself, as threading.Lock does).
         backend = self.kit.backend
         if self._given_owner is not None:
+            process.check_fork()  # as new_owner_token() does below
             sent = time.monotonic()
             ttl = lease.on_store(self.ttl)
             self._took(self._adopted(backend.adopt(self.full_key, self._given_owner, ttl), sent))
@@ -156,6 +157,8 @@ class Lock(HandOver):
         assert task is not None  # awaited inside a task
         if self.reentrant and self._reenter(task):
             return True
+        if self._given_owner is not None:
+            process.check_fork()  # as new_owner_token() does below
         ops = self.kit.backend.aio()
         if self._given_owner is not None:
             sent = time.monotonic()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .backends.base import Lease
 from .config import UNSET, Seconds
 from .keys import check_key, namespaced
+from .lock_options import place_options
 from .shared import SharedLock
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ class RWLock:
         return self._place("write", timeout, owner)
 
     def _place(self, mode: str, timeout: Seconds, owner: str | None) -> SharedLock:
-        options = self.kit.place_options(self._options, timeout, owner)
+        options = place_options(self._options, timeout, owner)
         parts = self.kit.shared_parts(mode, 0)
         return SharedLock(parts, self.key, mode=mode, limit=0, reentrant=True, options=options)
 

@@ -20,7 +20,6 @@ import collections
 import heapq
 import itertools
 import logging
-import os
 import threading
 import time
 import warnings
@@ -216,5 +215,4 @@ _watchdog = Watchdog()
 watch = _watchdog.watch
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_watchdog.reset_after_fork)
+process.after_fork(_watchdog.reset_after_fork)

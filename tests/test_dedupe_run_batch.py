@@ -216,6 +216,29 @@ def test_a_key_lost_during_the_run_is_reported_and_left_to_its_new_owner(
     assert records.lease(finished_key("id-2")) is not None
 
 
+def test_a_run_taken_over_by_a_redelivered_copy_leaves_it_the_key_at_its_end(
+    kit: LockKit, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The first copy's worker stalled past its run record's lease; the broker redelivered the
+    # task and the second copy adopted the call's key under the same owner token.
+    records, opts = TaskRecords(kit), _opts()
+    owner = _enqueued(records, "sms:9")
+    first = start_run(records, "t", "sms:9", "id-9", opts, owner)
+    assert isinstance(first, RunGuard)
+    assert kit.backend.force_release(_full(kit, run_key("id-9")))
+    second = start_run(records, "t", "sms:9", "id-9", opts, owner)
+    assert isinstance(second, RunGuard) and second.key_lock is not None
+    with caplog.at_level(logging.WARNING):
+        first.ended()  # the first copy wakes up and ends
+    assert second.key_lock.owned() and records.lease("sms:9") is not None, (
+        "the first copy's end freed the key the second copy runs under"
+    )
+    assert "lost" in caplog.text
+    second.succeeded()
+    second.ended()
+    assert records.lease("sms:9") is None and records.lease(run_key("id-9")) is None
+
+
 def test_ending_a_failed_run_writes_the_finished_record_in_the_same_step(kit: LockKit) -> None:
     records, opts = TaskRecords(kit), _opts()
     owner = _enqueued(records, "sms:3")

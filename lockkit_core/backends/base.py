@@ -267,16 +267,33 @@ class Backend(SharedOps, ABC):
         return got, self.adopt(key, owner, ttl)
 
     def end_run(
-        self, releases: Sequence[tuple[str, str]], marker: tuple[str, str, float] | None = None
+        self,
+        releases: Sequence[tuple[str, str]],
+        marker: tuple[str, str, float] | None = None,
+        guard: tuple[str, str, float] | None = None,
     ) -> list[bool]:
         """Put ``marker`` (``(key, owner, ttl)``, taken as :meth:`try_acquire` does) if given,
         then release each ``(key, owner)`` in order. Returns, per release, whether ``owner``
         still held the key (False: its lease was lost, and nothing was freed).
 
-        The default makes the calls in turn; redis:// does them in one atomic step."""
+        ``guard`` (``(key, owner, ttl)``: a task's run record) is released last, and the
+        others only while its owner still holds it; if it does not, nothing is released and
+        every answer (the guard's last) is False. A copy of the task that took the run record
+        over adopted the same keys under the same owner token: they are its now.
+
+        The default makes the calls in turn, the guard renewed first (so nobody can take it
+        over before the releases are made); redis:// does it all in one atomic step."""
         if marker is not None:
             self.try_acquire(*marker)
-        return [self.release(key, owner) for key, owner in releases]
+        if guard is None:
+            return [self.release(key, owner) for key, owner in releases]
+        run, run_owner, ttl = guard
+        if not self.extend(run, run_owner, ttl):
+            return [False] * (len(releases) + 1)
+        return [
+            *(self.release(key, owner) for key, owner in releases),
+            self.release(run, run_owner),
+        ]
 
     def waiter(self, key: str, owner: str, fair: bool) -> Waiter:
         """Register to be woken when ``key`` may be free. Register *before* the attempt that

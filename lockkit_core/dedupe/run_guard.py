@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 
 from .. import lease, observe
-from ..errors import LockError, LockNotOwned
+from ..errors import LockError, LockLost, LockNotOwned
 from ..lock import Lock, new_owner_token
 from .answers import Duplicate
 from .options import TaskOptions
@@ -80,7 +80,7 @@ class RunGuard:
         With ``once``, ``<key>`` stays held until the result is stored: a call answered
         "done" is told to read it."""
         if self.opts.once is None:
-            self._release([*self._key_locks(), self.run], self._finished_marker())
+            self._release(self._key_locks(), self._finished_marker())
             return
         self.records.put_marker(done_key(self.key, self.task_id), self.opts.once)
         self.records.put_marker(done_key(self.key), self.opts.once)
@@ -113,40 +113,55 @@ class RunGuard:
         except LockError as exc:
             self._failed("hand_off_failed", exc)
         finally:
-            self._release([*self._key_locks(), self.run])
+            self._release(self._key_locks())
 
     def ended(self) -> None:
         """The task is over (whatever its outcome): record it finished, then free ``<key>``
         and, last, the ``run`` record (a late copy that gets it then finds the record)."""
         # One store operation: the finished record (if succeeded() did not write it), then
         # <key>, then the run record last (a late copy that gets it then finds the record).
-        self._release([*self._key_locks(), self.run], self._finished_marker())
+        self._release(self._key_locks(), self._finished_marker())
 
     def give_back(self) -> None:
         """Free what :func:`start_run` took, without marking anything (the copy did not run)."""
-        self._release([*self._key_locks(), self.run])
+        self._release(self._key_locks())
 
     def _key_locks(self) -> list[Lock]:
         # The key before its id record: a producer that names the task late (Claim.name_task)
         # either writes before the record is freed here, or finds the key freed.
         return [lock for lock in (self.key_lock, self.id_lock) if lock is not None]
 
-    def _release(self, locks: list[Lock], marker: tuple[str, str, float] | None = None) -> None:
-        """Put ``marker`` and free ``locks`` in order, in one store operation; their
-        renewal stops here without another. A lease lost meanwhile is reported (logged,
-        ``on_lost``), never freed under another owner."""
+    def _release(self, keys: list[Lock], marker: tuple[str, str, float] | None = None) -> None:
+        """Put ``marker``, free ``keys`` in order and the ``run`` record last, in one store
+        operation; their renewal stops here without another. A lease lost meanwhile is
+        reported (logged, ``on_lost``), never freed under another owner.
+
+        The keys are freed only while the run record is still ours: a copy that took the run
+        over (ours expired: the worker stalled past its lease) adopted them with the same
+        owner token, so they are that copy's now, and are left to it."""
         self.key_lock = self.id_lock = None
-        held = [lock.detach() for lock in locks if lock.owned()]
-        if not held and marker is None:
-            return  # succeeded() ended the run already
+        held = [lock.detach() for lock in keys if lock.owned()]
+        run = self.run.detach() if self.run.owned() else None
+        if run is None:
+            if held:  # lost already (the watchdog reported it): leave the keys to run out
+                self._failed("lost", LockLost(self.key, "the run record was lost before the "
+                             "run ended; the call's key is left to its lease"))  # fmt: skip
+            if marker is None:
+                return  # succeeded() ended the run already
+            held = []
         try:
             answers = self.records.backend.end_run(
-                [(hold.full_key, hold.owner) for hold, _ in held], marker
+                [(hold.full_key, hold.owner) for hold, _ in held],
+                marker,
+                None
+                if run is None
+                else (run[0].full_key, run[0].owner, lease.on_store(self.opts.ttl)),
             )
         except LockError as exc:  # an error on the way out is the one to report
             self._failed("release_failed", exc)
             return
-        for (hold, was_lost), released in zip(held, answers, strict=True):
+        for (hold, was_lost), released in zip([*held, *([run] if run else [])], answers,
+                                              strict=True):  # fmt: skip
             try:
                 hold.settle(released, was_lost=was_lost)
             except LockError as exc:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
+
+from .. import process
 
 __all__ = ["Deadline", "at"]
 
@@ -80,8 +81,7 @@ class _Deadlines:
 
 
 _deadlines = _Deadlines()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_deadlines.reset_after_fork)
+process.after_fork(_deadlines.reset_after_fork)
 
 
 def at(due: float, callback: Callable[[], None]) -> Deadline:

@@ -269,10 +269,13 @@ class RedisBackend(LockCalls, Backend):
         return super().begin_run(run, run_owner, key, owner, ttl) if grants is None else grants
 
     def end_run(
-        self, releases: Sequence[tuple[str, str]], marker: tuple[str, str, float] | None = None
+        self,
+        releases: Sequence[tuple[str, str]],
+        marker: tuple[str, str, float] | None = None,
+        guard: tuple[str, str, float] | None = None,
     ) -> list[bool]:
-        released = self._batches.end(releases, marker)
-        return super().end_run(releases, marker) if released is None else released
+        released = self._batches.end(releases, marker, guard)
+        return super().end_run(releases, marker, guard) if released is None else released
 
     def queue_first(self) -> bool:
         # Once this process has waited (the listener is up), a blocking caller registers

@@ -86,14 +86,20 @@ class RunBatches:
         return run_grant, Grant(True, backend.saw_token(int(adopted[1])))
 
     def end(
-        self, releases: Sequence[tuple[str, str]], marker: tuple[str, str, float] | None
+        self,
+        releases: Sequence[tuple[str, str]],
+        marker: tuple[str, str, float] | None,
+        guard: tuple[str, str, float] | None = None,
     ) -> list[bool] | None:
-        """Take the finished ``marker`` record (if any), then release each lock."""
+        """Take the finished ``marker`` record (if any), then release each lock, and the
+        ``guard`` last: the others only if it is still held (``Backend.end_run``)."""
         if self.one_slot:
             return None
         backend = self._backend
-        quick = self._quick_end(releases, marker)
-        if quick is not None or self.one_slot:
+        quick = self._quick_end(releases, marker, guard)
+        if quick is not None or self.one_slot or guard is not None:
+            # A guarded end with waiters queued goes as the Backend default (the guard renewed
+            # first, then one release per lock, each serving its queue): a rare path.
             return quick
         keys: list[str] = []
         ops: list[tuple[Any, ...]] = []
@@ -113,13 +119,18 @@ class RunBatches:
         return [reply[0] == 1 for reply in replies[len(ops) - len(releases) :]]
 
     def _quick_end(
-        self, releases: Sequence[tuple[str, str]], marker: tuple[str, str, float] | None
+        self,
+        releases: Sequence[tuple[str, str]],
+        marker: tuple[str, str, float] | None,
+        guard: tuple[str, str, float] | None,
     ) -> list[bool] | None:
         """:meth:`end` by ``lua/runs.lua``; None if a lock has waiters (nothing was done) or
         the server is in cluster mode."""
         backend = self._backend
         keys: list[str] = []
-        args: list[Any] = ["end", 0 if marker is None else 1]
+        args: list[Any] = ["end", 0 if marker is None else 1, 0 if guard is None else 1]
+        if guard is not None:
+            releases = [*releases, (guard[0], guard[1])]
         if marker is not None:
             key, owner, ttl = marker
             lock = stored_key(key)

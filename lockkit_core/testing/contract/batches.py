@@ -48,3 +48,22 @@ class BatchContract(ContractBase):
         assert backend.end_run([(key, owner)], (done, new_owner_token(), 5.0)) == [False]
         assert backend.info(done) is not None
         assert backend.release(key, thief)  # the new owner's lease was left alone
+
+    def test_a_guarded_end_frees_nothing_once_its_guard_is_another_owners(
+        self, make_kit: KitFactory
+    ) -> None:
+        kit = make_kit()
+        self.require(kit, Capability.HAND_OFF)
+        backend = kit.backend
+        run, key = namespaced(kit.namespace, "run:1"), namespaced(kit.namespace, "call:1")
+        owner, first, second = new_owner_token(), new_owner_token(), new_owner_token()
+        assert backend.try_acquire(key, owner, 5).acquired
+        assert backend.begin_run(run, first, key, owner, 5)[1].acquired
+        # the first copy's run record is taken over (forced here; expired in a stalled
+        # worker) by a second copy, which adopts the same key under the same owner token
+        assert backend.force_release(run)
+        assert backend.begin_run(run, second, key, owner, 5)[1].acquired
+        assert backend.end_run([(key, owner)], guard=(run, first, 5.0)) == [False, False]
+        assert backend.info(key) is not None, "the late end freed the second copy's key"
+        assert backend.end_run([(key, owner)], guard=(run, second, 5.0)) == [True, True]
+        assert backend.info(key) is None and backend.info(run) is None

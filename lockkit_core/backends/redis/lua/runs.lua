@@ -11,11 +11,13 @@
 --                                        key secret                        token or -1} |
 --                                                                          {0, run pttl} | {-2}
 --   'mark' on the run record, then, only if it was taken, 'adopt' of the call's key.
--- 'end'    [marker L, marker Q],         [marker id, marker ms, holder,    {released 1/0, ...}
---          then L, Q of each release     floor], then each release's       per release | {-2}
---                                        secret; ARGV[2] says how many
---                                        markers (0 or 1)
---   'mark' of the finished marker if given, then 'release' of each lock in order.
+-- 'end'    [marker L, marker Q],         guarded (0 or 1), [marker id,     {released 1/0, ...}
+--          then L, Q of each release     marker ms, holder, floor], then   per release | {-2}
+--                                        each release's secret; ARGV[2]
+--                                        says how many markers (0 or 1)
+--   'mark' of the finished marker if given, then 'release' of each lock in order. Guarded:
+--   the last lock (the run record) guards the others; if it is not ours any more, nothing
+--   is released (a copy that took the run over adopted the same keys with the same owner).
 
 local function now(floor)
   local t = redis.call('time')
@@ -65,12 +67,19 @@ if ARGV[1] == 'end' then
   local queues = {}
   for k = 2, #KEYS, 2 do queues[#queues + 1] = KEYS[k] end
   if redis.call('exists', unpack(queues)) > 0 then return {-2} end
-  local a = 3
+  local a = 4
   if markers == 1 then
-    mark(KEYS[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
-    a = 7
+    mark(KEYS[1], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+    a = 8
   end
   local released = {}
+  if ARGV[3] == '1' then
+    local current = redis.call('get', KEYS[#KEYS - 1])
+    if not current or string.sub(current, 1, 40) ~= redis.sha1hex(ARGV[#ARGV]) then
+      for k = 2 * markers + 1, #KEYS, 2 do released[#released + 1] = 0 end
+      return released
+    end
+  end
   for k = 2 * markers + 1, #KEYS, 2 do
     local current = redis.call('get', KEYS[k])
     -- a lease lost meanwhile (expired, forced, another owner's now) is left alone: 0
