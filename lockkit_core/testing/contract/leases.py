@@ -49,12 +49,14 @@ class LeaseContract(ContractBase):
     def test_extend_keeps_the_lock_past_its_original_ttl(self, make_kit: KitFactory) -> None:
         a, b = make_kit(), make_kit()
         self.require(a, Capability.TTL)
-        held = a.lock("ext", ttl=0.3, auto_renew=False)
+        # A lease a loaded machine's round trips and oversleeps cannot use up by themselves
+        # before the extension (at 0.3 s, a 0.15 s sleep past a slow acquire has lost it).
+        held = a.lock("ext", ttl=0.6, auto_renew=False)
         assert held.acquire()
-        time.sleep(0.15)
-        held.extend()  # another 0.3 s from now
-        held.extend(0.6)
-        time.sleep(0.3)  # 0.45 s after acquiring: past the first ttl
+        time.sleep(0.3)
+        held.extend()  # another 0.6 s from now
+        held.extend(1.2)
+        time.sleep(0.6)  # 0.9 s after acquiring: past the first ttl
         held.check()
         assert held.owned()
         assert b.lock("ext").acquire(blocking=False) is False
@@ -96,8 +98,10 @@ class LeaseContract(ContractBase):
         a, b = make_kit(), make_kit()
         self.require(a, Capability.TTL)
         lost = Recorder()
-        with a.lock("renewed", ttl=0.3, auto_renew=True, on_lost=lost) as held:
-            end = time.monotonic() + 1.0
+        # Renewed every 0.2 s, lost after two missed renewals and then some: a loaded
+        # machine's late watchdog tick does not lose it (at 0.3 s, one did); 2.5 leases long.
+        with a.lock("renewed", ttl=0.6, auto_renew=True, on_lost=lost) as held:
+            end = time.monotonic() + 1.5
             while time.monotonic() < end:
                 assert b.lock("renewed").acquire(blocking=False) is False
                 held.check()
