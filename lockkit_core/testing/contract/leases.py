@@ -16,6 +16,11 @@ from .workers import acquired_by_an_exited_process
 __all__ = ["LeaseContract"]
 
 
+def _sleep_until(moment: float) -> None:
+    """Sleep until ``time.monotonic()`` reaches ``moment`` (at once if it has)."""
+    time.sleep(max(0.0, moment - time.monotonic()))
+
+
 class LeaseContract(ContractBase):
     """A lease bounds how long a holder blocks others, and a holder that loses it is told."""
 
@@ -49,14 +54,16 @@ class LeaseContract(ContractBase):
     def test_extend_keeps_the_lock_past_its_original_ttl(self, make_kit: KitFactory) -> None:
         a, b = make_kit(), make_kit()
         self.require(a, Capability.TTL)
-        # A lease a loaded machine's round trips and oversleeps cannot use up by themselves
-        # before the extension (at 0.3 s, a 0.15 s sleep past a slow acquire has lost it).
+        # Times count from before the acquire, as the lease does: a slow first round trip (a
+        # new connection on a loaded machine took 0.3 s) uses up part of the first ttl, not
+        # the wait before the extension on top of it.
         held = a.lock("ext", ttl=0.6, auto_renew=False)
+        start = time.monotonic()
         assert held.acquire()
-        time.sleep(0.3)
+        _sleep_until(start + 0.3)
         held.extend()  # another 0.6 s from now
         held.extend(1.2)
-        time.sleep(0.6)  # 0.9 s after acquiring: past the first ttl
+        _sleep_until(start + 0.9)  # past the first ttl
         held.check()
         assert held.owned()
         assert b.lock("ext").acquire(blocking=False) is False
