@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,9 +23,19 @@ from lockkit_core.backends.base import Capability
 STORM = 150
 
 
+def _patient(url: str) -> str:
+    """``url`` with 10 s socket and connect timeouts (and a ZooKeeper session that outlasts
+    them) instead of 2 s: a storm puts its STORM clients on the store at once, and a loaded
+    machine's store answered some of them after more than 2 s (BackendUnavailable), which
+    says nothing about what a cancelled waiter leaves behind."""
+    url = re.sub(r"\b(socket_timeout|socket_connect_timeout)=2\b", r"\1=10", url)
+    return re.sub(r"\bsession_timeout=4\b", "session_timeout=20", url)
+
+
 @pytest.fixture
 def kit(store_url: str) -> Iterator[LockKit]:
-    with LockKit(store_url, namespace=f"c-{uuid.uuid4().hex[:8]}", ttl=10.0) as kit:
+    url = _patient(store_url)
+    with LockKit(url, namespace=f"c-{uuid.uuid4().hex[:8]}", ttl=10.0) as kit:
         yield kit
 
 
