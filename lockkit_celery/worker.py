@@ -139,19 +139,26 @@ def begin(
 ) -> tuple[RunGuard | None, Any]:
     """Take what a run needs (see :func:`start_run`): ``(guard, None)``; or, for a duplicate
     skipped here, ``(None, the result to store)``; or raise ``Ignore``/``TaskLocked``."""
-    record = _record(request)
+    headers = request.headers if isinstance(request.headers, dict) else {}
+    record: dict[str, Any] = headers.get(HEADER) or {}
     if record.get("mirror"):
         mirrored, value = _mirror_again(task, request, key, opts, records, record["mirror"])
         if mirrored:
             return None, value
-        record.pop("mirror")
+        record = {name: value for name, value in record.items() if name != "mirror"}
     got = start_run(records, task.name, key, request.id, opts, record.get("owner"))
     if isinstance(got, Duplicate):
         return None, _refuse(task, request, opts, got, records)
-    # A retry re-publishes these headers: it must adopt what this run holds.
-    record.update(key=key, owner=got.owner)
-    headers = request.headers if isinstance(request.headers, dict) else {}
-    request.headers = {**headers, HEADER: record}
+    # A retry re-publishes these headers: it must adopt what this run holds. The message's
+    # own header already says so when this run adopted the producer's lock (the common
+    # case): the headers are copied only when something changed.
+    owner = got.owner
+    if (
+        record is not headers.get(HEADER)
+        or record.get("key") != key
+        or record.get("owner") != owner
+    ):
+        request.headers = {**headers, HEADER: {**record, "key": key, "owner": owner}}
     return got, None
 
 

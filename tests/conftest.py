@@ -20,6 +20,7 @@ pytest_plugins = [
     "djtasks_fixtures",
     "etcd_fixtures",
     "fault_results",
+    "flask_routes_fixtures",
     "mariadb_fixtures",
     "otel_fixtures",
     "postgres_fixtures",

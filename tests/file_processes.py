@@ -9,10 +9,38 @@ import sys
 import time
 from pathlib import Path
 
+from lockkit_core import Lock
+
 ROOT = Path(__file__).resolve().parents[1]
 OWNER_A = "a" * 32
 OWNER_B = "b" * 32
 OWNER_C = "c" * 32
+
+
+# A lock holder steered through stdin: prints "acquired <token>", then answers each command
+# ("check", "release", "extend") with ok | lost | notowned.
+HOLDER = r"""
+import sys
+from lockkit_core import LockKit, LockLost, LockNotOwned
+url, key, ttl, renew = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4] == "1"
+lock = LockKit(url).lock(key, ttl=ttl, auto_renew=renew)
+if not lock.acquire(timeout=10):
+    sys.exit(3)
+print("acquired", lock.token, flush=True)
+for line in sys.stdin:
+    try:
+        getattr(lock, line.strip())()
+        print("ok", flush=True)
+    except LockLost:
+        print("lost", flush=True)
+    except LockNotOwned:
+        print("notowned", flush=True)
+"""
+
+
+def fence(lock: Lock) -> int:
+    assert lock.token is not None
+    return lock.token
 
 
 def start(code: str, *args: str) -> subprocess.Popen[str]:

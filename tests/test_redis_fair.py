@@ -177,6 +177,67 @@ def test_a_fair_hand_over_to_another_process_sends_no_notice_and_no_confirm(
     assert inner == [], inner
 
 
+class _Holding(threading.Thread):
+    """``lock.acquire()`` on a thread, holding what it got until ``done`` is set."""
+
+    def __init__(self, lock: Any) -> None:
+        super().__init__(daemon=True)
+        self.lock = lock
+        self.got = threading.Event()
+        self.done = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        if self.lock.acquire():
+            self.got.set()
+            self.done.wait(10)
+            self.lock.release()
+
+
+def test_a_fair_hand_over_and_a_fair_join_run_few_commands_in_the_server(
+    redis_server: RedisServer,
+    raw: redis.Redis,
+    namespace: str,
+    kits: tuple[LockKit, LockKit],
+) -> None:
+    # The release that hands a busy queue's head its grant, and the attempt that queues a
+    # fair waiter, are the two scripts of every fair=True section (benchmarks.redis_fair):
+    # what they run inside redis-server is its CPU per section.
+    holding, waiting = kits
+    holder = holding.lock("k", auto_renew=False)
+    assert holder.acquire()
+    first = _Holding(waiting.lock("k", fair=True, timeout=10, auto_renew=False))
+    _wait_until(lambda: _queued(raw, namespace, "k") == 1)
+    second = _Holding(waiting.lock("k", fair=True, timeout=10, auto_renew=False))
+    _wait_until(lambda: _queued(raw, namespace, "k") == 2)
+    third: _Holding | None = None
+    try:
+        time.sleep(0.05)  # their reads of their grant lists are on their way
+        with CommandCounter(redis_server.port) as seen:
+            holder.release()
+            assert first.got.wait(10)
+        assert [line.split()[0] for line in seen.lines if namespace in line] == ["evalsha"]
+        # was 20: ZRANGE + ZREM for the head, the head's barging fields, a DEL of the lease
+        # it overwrites, a second EXISTS of the queue
+        assert len(seen.scripted) <= 14, seen.scripted
+        assert not second.got.is_set() and _queued(raw, namespace, "k") == 1
+        with CommandCounter(redis_server.port) as seen:
+            third = _Holding(waiting.lock("k", fair=True, timeout=10, auto_renew=False))
+            _wait_until(lambda: _queued(raw, namespace, "k") == 2)
+        # was 11: a ZSCORE before the ZADD, and a PTTL and PEXPIRE each for Q and E
+        assert len(seen.scripted) <= 9, seen.scripted
+    finally:
+        first.done.set()
+        second.got.wait(10)
+        second.done.set()
+        if third is not None:
+            third.got.wait(10)
+            third.done.set()
+            third.join(10)
+        first.join(10)
+        second.join(10)
+
+
 def test_a_killed_fair_waiter_does_not_hold_up_the_next_one(
     redis_server: RedisServer, raw: redis.Redis, namespace: str
 ) -> None:

@@ -45,6 +45,20 @@ def test_packed_commands_are_byte_for_byte_redis_pys(
     assert Packer(head).pack(parts) == b"".join(theirs.pack(*head, *parts))
 
 
+@pytest.mark.parametrize(
+    "parts",
+    [
+        ("lockkit:{ns:run}", "lockkit:{ns:run}:q", "begin", "a" * 40, "30000", "host pid 7", ""),
+        ("lockkit:{ns:ключ}", "ключ:q", "end", "0"),  # not ASCII: character and byte counts differ
+        (),
+    ],
+)
+def test_text_parts_are_packed_byte_for_byte_as_redis_py_packs_them(parts: tuple[str, ...]) -> None:
+    theirs = PythonRespSerializer(6000, redis.connection.Encoder("utf-8", "strict", False).encode)
+    head = ("EVALSHA", "c" * 40, 2)
+    assert Packer(head).pack_text(parts) == b"".join(theirs.pack(*head, *parts))
+
+
 def test_what_redis_py_refuses_to_send_is_refused_with_its_error() -> None:
     packer = Packer(("EVALSHA", "a" * 40, 1))
     for bad in (True, None, object()):

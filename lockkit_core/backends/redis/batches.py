@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import BackendUnavailable
 from ..base import Grant
 from .leaver import ABANDONED_FOR
-from .scripts import Script, owner_id, stored_key, stored_keys
+from .scripts import PREFIX, Script, owner_id, stored_key, stored_keys
 
 if TYPE_CHECKING:
     from .backend import RedisBackend
@@ -28,6 +28,7 @@ __all__ = ["RunBatches"]
 
 #: lua/runs.lua's answer when a lock of the step has waiters: it did nothing
 _QUEUED = -2
+_NOT_GRANTED = Grant(False)
 
 log = logging.getLogger("lockkit.redis")
 
@@ -51,21 +52,25 @@ class RunBatches:
             return None
         backend = self._backend
         ms = max(1, int(ttl * 1000))
-        holder = backend._holder_here
         run_id = owner_id(run_owner)
+        run_lock = PREFIX + run + "}"
         try:
-            run_lock = stored_key(run)
-            keys = [run_lock, run_lock + ":q", stored_key(key)]
-            reply = self._quick("start a run on", run, keys,
-                                ["begin", run_id, ms, holder, backend._floor, owner])  # fmt: skip
+            # One task, one call: the command is packed here as text (see _send), not
+            # through the general script call's layers.
+            reply = self._send(
+                self._runs(3), "start a run on", run,
+                (run_lock, run_lock + ":q", PREFIX + key + "}", "begin", run_id, str(ms),
+                 backend._holder_here, str(backend._floor), owner),
+            )  # fmt: skip
             if reply is None:
                 return None
             if reply[0] != _QUEUED:
-                taken = reply[:2]
+                taken = reply
                 adopted = [0] if len(reply) < 3 or int(reply[2]) < 0 else [1, reply[2]]
             else:
                 # 'mark': the run record's token is never read, so no fencing counter is kept
-                acquire = ("mark", "always", run_id, ms, holder, "", backend._floor, "1")
+                acquire = ("mark", "always", run_id, ms, backend._holder_here, "",
+                           backend._floor, "1")  # fmt: skip
                 adopt = ("adopt", "if-ok", owner, ms)
                 replies = self._run(
                     f"start a run on {run!r} and {key!r}", [run, key], [acquire, adopt], retry=True
@@ -82,7 +87,7 @@ class RunBatches:
             return Grant(False, retry_after=pttl / 1000.0 if pttl > 0 else None), Grant(False)
         run_grant = Grant(True, backend.saw_token(int(taken[1])))
         if adopted[0] != 1:
-            return run_grant, Grant(False)
+            return run_grant, _NOT_GRANTED
         return run_grant, Grant(True, backend.saw_token(int(adopted[1])))
 
     def end(
@@ -126,33 +131,75 @@ class RunBatches:
     ) -> list[bool] | None:
         """:meth:`end` by ``lua/runs.lua``; None if a lock has waiters (nothing was done) or
         the server is in cluster mode."""
-        backend = self._backend
         keys: list[str] = []
-        args: list[Any] = ["end", 0 if marker is None else 1, 0 if guard is None else 1]
+        args: list[str] = ["end", "0" if marker is None else "1", "0" if guard is None else "1"]
         if guard is not None:
             releases = [*releases, (guard[0], guard[1])]
         if marker is not None:
+            backend = self._backend
             key, owner, ttl = marker
-            lock = stored_key(key)
-            keys += [lock, lock + ":q"]
-            args += [owner_id(owner), max(1, int(ttl * 1000)), backend._holder_here]
-            args.append(backend._floor)
+            lock = PREFIX + key + "}"
+            keys += (lock, lock + ":q")
+            args += (owner_id(owner), str(max(1, int(ttl * 1000))), backend._holder_here,
+                     str(backend._floor))  # fmt: skip
         for key, owner in releases:
-            lock = stored_key(key)
-            keys += [lock, lock + ":q"]
+            lock = PREFIX + key + "}"
+            keys += (lock, lock + ":q")
             args.append(owner)
         first = releases[0][0] if releases else marker[0] if marker else ""
-        reply = self._quick("end a run on", first, keys, args, retry=False)
+        reply = self._send(self._runs(len(keys)), "end a run on", first, (*keys, *args),
+                           retry=False)  # fmt: skip
         if reply is None or (reply and reply[0] == _QUEUED):
             return None
         return [answer == 1 for answer in reply]
 
-    def _quick(
-        self, what: str, key: str, keys: list[str], args: list[Any], *, retry: bool = True
+    def _runs(self, numkeys: int) -> Script:
+        """``lua/runs.lua`` called with ``numkeys`` keys."""
+        script = self._scripts.get(("runs", numkeys))
+        if script is None:
+            script = self._scripts["runs", numkeys] = self._backend.new_script(numkeys, "runs")
+        return script
+
+    def _send(
+        self, script: Script, what: str, key: str, parts: Sequence[str], *, retry: bool = True
     ) -> list[Any] | None:
-        """One call of ``lua/runs.lua`` (``what`` to ``key``, for an error's message); None
-        on a server in cluster mode, which refused it before running it."""
-        return self._script("runs", what, keys, args, retry=retry, key=key)
+        """One call of ``script`` with ``parts`` (its keys, then its arguments, all text):
+        its reply, or None on a server in cluster mode, which refused it (CROSSSLOT) before
+        running it. Errors as ``RedisBackend._call``'s (``what`` to ``key``), which a failed
+        first try goes on through: this is its happy path without the layers."""
+        backend = self._backend
+        packed = script.pack_text(parts)
+        try:
+            reply: list[Any] = script.call_packed(packed)
+        except (backend._redis.exceptions.RedisError, TimeoutError) as exc:
+            if isinstance(exc, backend._redis.exceptions.ClusterCrossSlotError):
+                self._refused()  # refused before it ran, nothing was done
+                return None
+            error = backend.failure(f"{what} {key!r}", exc, may_retry=retry)
+            if error is not None:
+                raise error from exc
+            return self._sent_again(script, packed, what, key)
+        return reply
+
+    def _sent_again(self, script: Script, packed: bytes, what: str, key: str) -> list[Any] | None:
+        """The one retry of :meth:`_send` (its connection dropped), as ``_call`` makes it."""
+        crossslot = self._backend._redis.exceptions.ClusterCrossSlotError
+
+        def run() -> list[Any] | None:
+            try:
+                return list(script.call_packed(packed))
+            except crossslot:
+                return None
+
+        reply = self._backend._call(what, run, key=key)
+        if reply is None:
+            self._refused()
+        return reply
+
+    def _refused(self) -> None:
+        log.info("%s runs in cluster mode: batches go one lock at a time",
+                 self._backend.describe())  # fmt: skip
+        self.one_slot = True
 
     def _run(
         self, what: str, keys: list[str], ops: list[tuple[Any, ...]], *, retry: bool = False

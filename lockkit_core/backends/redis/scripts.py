@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -81,12 +82,20 @@ class Script:
         :meth:`.wire.Connections.call_pair`)."""
         return self._packer.pack(keys_and_args)
 
+    def pack_text(self, keys_and_args: Sequence[str]) -> bytes:
+        """:meth:`pack` for keys and arguments that are all ``str`` (see
+        :meth:`.wire.Packer.pack_text`)."""
+        return self._packer.pack_text(keys_and_args)
+
     def load(self) -> None:
         """Load the script into the server (after a NOSCRIPT answer)."""
         self._connections.call(SCRIPT_LOAD.pack((self.source,)))
 
     def __call__(self, *keys_and_args: Any) -> Any:
-        packed = self._packer.pack(keys_and_args)
+        return self.call_packed(self._packer.pack(keys_and_args))
+
+    def call_packed(self, packed: bytes) -> Any:
+        """Send a call :meth:`pack` made; its reply."""
         try:
             return self._connections.call(packed)
         except self._noscript:

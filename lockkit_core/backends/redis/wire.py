@@ -78,6 +78,21 @@ class Packer:
             chunks.append(b"$%d\r\n%b\r\n" % (len(data), data))
         return b"".join(chunks)
 
+    def pack_text(self, parts: Sequence[str]) -> bytes:
+        """:meth:`pack` for parts that are all ``str``, a third faster: formatted as text and
+        encoded once. Lengths count characters, which are bytes only for ASCII; other text
+        goes through :meth:`pack`."""
+        body = "".join([f"${len(part)}\r\n{part}\r\n" for part in parts])
+        if not body.isascii():
+            return self.pack(parts)
+        prefix = self._prefixes.get(len(parts))
+        if prefix is None:
+            prefix = self._prefixes[len(parts)] = b"*%d\r\n%b" % (
+                self._size + len(parts),
+                self._head,
+            )
+        return prefix + body.encode()
+
 
 class _Held:
     """A connection of the pool, and a poll object on its current socket (made again when a

@@ -16,7 +16,9 @@
 --                 past that head), 'h' ('<id>|<channel>' of the head when it is a fair=False
 --                 waiter), 'w' (the head's id once it knows when to ask again), 'l' (the
 --                 process that last freed the lock past the head), 's' (a
---                 fair=True waiter joined: no barging until the queue empties)
+--                 fair=True waiter joined: no barging until the queue empties, and 't',
+--                 'n', 'h', 'w' are no longer kept up to date, being read only to barge);
+--                 Q and E always get the same expiry (see join)
 --   G  "lockkit:{<ns:key>}:g:<id>"  list: the token handed to the waiter <id> of an '='
 --                 entry, which waits for it with BLPOP. KEYS[5] of the waiter's own 'acquire'
 --                 and of 'leave', which clear it. A release pushes to the head's without
@@ -100,6 +102,8 @@ local BARGE_MS = 10 -- fair=False: a queue's head may be passed over for this lo
 local BARGE_MAX = 32 -- ... and at most this many times (the bound when the clock steps back)
 local PAUSE_MS = 2 -- a head whose lock was freed past it asks again after this long
 local RECHECK_MS = 1000 -- waiters behind a head that may be passed over ask at least this often
+-- Whether this call found the queue Q there already ('release' below): free() need not ask.
+local queued
 -- The uncontended calls first, before the helpers below are made: the script's body runs
 -- again on every call, and making their closures (then collecting them) costs the server more
 -- than these few commands do. Same replies and writes as the general paths further down:
@@ -129,13 +133,16 @@ if ARGV[1] == 'acquire' and ARGV[7] ~= '3' then
       return {1, token}
     end
   end
-elseif ARGV[1] == 'release' and redis.call('exists', KEYS[3]) == 0 then
-  local current = redis.call('get', KEYS[1])
-  if current and string.sub(current, 1, 40) == redis.sha1hex(ARGV[2]) then
-    redis.call('del', KEYS[1])
-    return 1
+elseif ARGV[1] == 'release' then
+  if redis.call('exists', KEYS[3]) == 0 then
+    local current = redis.call('get', KEYS[1])
+    if current and string.sub(current, 1, 40) == redis.sha1hex(ARGV[2]) then
+      redis.call('del', KEYS[1])
+      return 1
+    end
+    return 0
   end
-  return 0
+  queued = true
 end
 
 -- The lease key of the lock an operation acts on: set by operate(), read by the helpers below.
@@ -224,8 +231,14 @@ local function parse(entry)
 end
 
 -- The queue has a new head, or none: its time as the head starts now, nobody has passed it
--- yet, and 'h' names it (with its channel) if it may be passed over at all.
-local function new_head(Q, E)
+-- yet, and 'h' names it (with its channel) if it may be passed over at all. `strict`: the
+-- caller knows a fair=True waiter joined ('s'), so nobody may pass any head until the queue
+-- empties (see barging) and those fields would go unread: only an empty queue's E goes.
+local function new_head(Q, E, strict)
+  if strict then
+    if redis.call('exists', Q) == 0 then redis.call('del', E) end
+    return
+  end
   local head = redis.call('zrange', Q, 0, 0)[1]
   if not head then
     redis.call('del', E)
@@ -251,13 +264,6 @@ local function drop(Q, E, id)
   if was_head then new_head(Q, E) end
 end
 
--- Take the queue's head out of it (what drop does, for a caller that knows it is the head).
-local function drop_head(Q, E, head)
-  redis.call('zrem', Q, head)
-  redis.call('hdel', E, head)
-  new_head(Q, E)
-end
-
 -- Give the free lock to the oldest waiter that is still there. A waiter whose process does not
 -- listen (it died, or its listener is down) would not take the lock up: the next waiter is
 -- served at once instead of the key idling for a lease. A waiter that is alive but was skipped
@@ -265,13 +271,14 @@ end
 -- (mark '=') is not told: a notice would cost its process a thread switch per hand-over.
 -- Returns the id and token of the waiter served, or nil; `me` (the caller) gets no notice,
 -- nor does a waiter of the caller's own process (channel `here`): the third value, true,
--- says the caller's reply carries the grant to it.
-local function hand_over(F, Q, E, floor, me, here)
+-- says the caller's reply carries the grant to it. `strict`: as in new_head.
+local function hand_over(F, Q, E, floor, me, here, strict)
   while true do
-    local head = redis.call('zrange', Q, 0, 0)[1]
+    local head = redis.call('zpopmin', Q)[1]
     if not head then return nil end
     local expires, lease, channel, _, holder, reads = parse(redis.call('hget', E, head))
-    drop_head(Q, E, head)
+    redis.call('hdel', E, head)
+    new_head(Q, E, strict)
     if expires and tonumber(expires) > now_ms() then
       local token = next_token(F, floor)
       redis.call('set', L, head .. '|' .. token .. '|' .. started() .. '|' .. holder, 'px', lease)
@@ -300,7 +307,8 @@ end
 -- server clock, fewer than BARGE_MAX locks were taken past it, and no fair=True waiter joined.
 -- A clock stepped back makes the head look young: the count still bounds it; stepped forward,
 -- the order is kept. Also returns that head's id and channel, the head told when to ask
--- ('w'), and when the head became the head.
+-- ('w'), when the head became the head, the process that last freed the lock past it, and
+-- whether a fair=True waiter joined.
 local function barging(E)
   local s = redis.call('hmget', E, 'h', 't', 'n', 's', 'w', 'l')
   local head, channel
@@ -308,7 +316,7 @@ local function barging(E)
   local since = tonumber(s[2] or '0')
   local may = head ~= nil and not s[4] and tonumber(s[3] or '0') < BARGE_MAX
     and now_ms() - since < BARGE_MS
-  return may, head, channel, s[5], since, s[6]
+  return may, head, channel, s[5], since, s[6], s[4] ~= false
 end
 
 -- `record`: the lease freed, '<id>|<token>|<started>|<holder>' ('' if unknown; a record
@@ -317,10 +325,13 @@ end
 -- (a process that was merely slow to ask may not: two processes would take turns,
 -- switching on every section as strict order does).
 local function free(F, Q, E, floor, record, here)
-  redis.call('del', L)
-  if redis.call('exists', Q) == 0 then return end
-  local may, head, channel, told, _, last = barging(E)
+  if not queued and redis.call('exists', Q) == 0 then
+    redis.call('del', L)
+    return
+  end
+  local may, head, channel, told, _, last, strict = barging(E)
   if may then
+    redis.call('del', L)
     -- the holder alone: the start differs from grant to grant, the process does not
     local by = string.match(record, '^[^|]*|[^|]*|%d+|(.*)$')
       or string.match(record, '^[^|]*|[^|]*|(.*)$') or ''
@@ -335,7 +346,10 @@ local function free(F, Q, E, floor, record, here)
       return
     end
   end
-  return hand_over(F, Q, E, floor, nil, here)
+  -- A hand-over overwrites the lease (no DEL first); if nobody takes it, it goes.
+  local to, token, carried = hand_over(F, Q, E, floor, nil, here, strict)
+  if not to then redis.call('del', L) end
+  return to, token, carried
 end
 
 -- One operation on one lock: K holds its keys (L F Q E), A its arguments with A[1] the name.
@@ -360,12 +374,10 @@ local function operate(op, K, A)
     -- lease it is about to be told of, whatever its own lease: it tries again when that ends.
     local function join(pttl)
       if channel == '' then return end
-      local first = false
-      if not redis.call('zscore', Q, id) then
-        local last = redis.call('zrange', Q, -1, -1, 'withscores')[2]
-        redis.call('zadd', Q, (tonumber(last) or 0) + 1, id)
-        first = not last
-      end
+      -- behind the last (NX: one queued already keeps its place; then the queue was not empty)
+      local last = redis.call('zrange', Q, -1, -1, 'withscores')[2]
+      redis.call('zadd', Q, 'nx', (tonumber(last) or 0) + 1, id)
+      local first = not last
       local keep = math.max(pttl, 0) + 2 * tonumber(lease) + GRACE_MS
       local entry = string.format('%.0f', now_ms() + keep) .. '|' .. lease .. '|' .. channel
         .. '|' .. (reads and '=' or fair and '' or '~') .. holder
@@ -374,9 +386,13 @@ local function operate(op, K, A)
       else
         redis.call('hset', E, id, entry)
       end
-      if first then new_head(Q, E) end
-      for _, k in ipairs({Q, E}) do
-        if redis.call('pttl', k) < keep then redis.call('pexpire', k, keep) end
+      if first then new_head(Q, E, fair) end
+      -- Q and E get the same expiry, always here, together: one of them tells both's. They
+      -- get GRACE_MS more than this entry needs, so the joins that follow within that time
+      -- (a busy queue's, one per hand-over) need not set it again.
+      if redis.call('pttl', Q) < keep then
+        redis.call('pexpire', Q, keep + GRACE_MS)
+        redis.call('pexpire', E, keep + GRACE_MS)
       end
     end
     local current_id, current = holder_id()
@@ -425,7 +441,7 @@ local function operate(op, K, A)
         -- queued caller keeps its place; a new blocking one joins at the tail; a non-blocking
         -- one only looks.
         join(0)
-        local to, token = hand_over(F, Q, E, floor, id, '')
+        local to, token = hand_over(F, Q, E, floor, id, '', fair and channel ~= '')
         if to == id then return granted(token) end
         if to then return {0, redis.call('pttl', L)} end
       end

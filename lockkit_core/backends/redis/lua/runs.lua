@@ -19,24 +19,20 @@
 --   the last lock (the run record) guards the others; if it is not ours any more, nothing
 --   is released (a copy that took the run over adopted the same keys with the same owner).
 
-local function now(floor)
+-- 'mark' of lock.lua on a lock without waiters: {1, token} taken or renewed, or {0, pttl}.
+-- A free record (the usual case: a task id's run or finished record is new) is taken with
+-- one SET NX; only a record already there is read. (One helper, not two: the script's body
+-- runs on every call, and each function it defines is a closure made, then collected.)
+local function mark(L, id, ms, holder, floor)
   local t = redis.call('time')
   -- The clock's microseconds and milliseconds as digits, without formatting numbers (which
   -- costs the server more than a command here), as lock.lua's fast path does.
   local us = string.rep('0', 6 - #t[2]) .. t[2]
   local token, started = t[1] .. us, t[1] .. string.sub(us, 1, 3)
   -- the token of a 'mark' grant: never below the floor, as every token (lock.lua)
-  if tonumber(token) > tonumber(floor) then
-    return token, started
+  if tonumber(token) <= tonumber(floor) then
+    token = string.format('%.0f', tonumber(floor) + 1)
   end
-  return string.format('%.0f', tonumber(floor) + 1), started
-end
-
--- 'mark' of lock.lua on a lock without waiters: {1, token} taken or renewed, or {0, pttl}.
--- A free record (the usual case: a task id's run or finished record is new) is taken with
--- one SET NX; only a record already there is read.
-local function mark(L, id, ms, holder, floor)
-  local token, started = now(floor)
   if redis.call('set', L, id .. '|' .. token .. '|' .. started .. '|' .. holder, 'nx', 'px', ms) then
     return {1, token}
   end
@@ -80,7 +76,9 @@ if ARGV[1] == 'end' then
       return released
     end
   end
-  for k = 2 * markers + 1, #KEYS, 2 do
+  -- the guard, last, was found ours above: it is freed without reading it again
+  local last = ARGV[3] == '1' and #KEYS - 3 or #KEYS - 1
+  for k = 2 * markers + 1, last, 2 do
     local current = redis.call('get', KEYS[k])
     -- a lease lost meanwhile (expired, forced, another owner's now) is left alone: 0
     if current and string.sub(current, 1, 40) == redis.sha1hex(ARGV[a]) then
@@ -90,6 +88,10 @@ if ARGV[1] == 'end' then
       released[#released + 1] = 0
     end
     a = a + 1
+  end
+  if last < #KEYS - 1 then
+    redis.call('del', KEYS[#KEYS - 1])
+    released[#released + 1] = 1
   end
   return released
 end
