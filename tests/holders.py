@@ -15,6 +15,9 @@ from lockkit_core import LockKit
 from lockkit_core.backends.base import owner_hint
 
 HOLDER = Path(__file__).with_name("holder_process.py")
+#: how long a holder process may take to start and say its first line: an interpreter start
+#: and lockkit's imports, which a loaded machine stretches from a fraction of a second to tens
+START_WITHIN = 60.0
 
 
 class Holder:
@@ -72,7 +75,7 @@ class Holder:
                 return line
 
     def acquired(self) -> tuple[int, str]:
-        _, token, owner = self.expect("acquired").split()
+        _, token, owner = self.expect("acquired", timeout=max(self.wait, START_WITHIN)).split()
         return int(token), owner
 
     def ask(self, command: str) -> str:

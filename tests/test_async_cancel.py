@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,19 +23,33 @@ from lockkit_core.backends.base import Capability
 STORM = 150
 
 
+def _patient(url: str) -> str:
+    """``url`` with 10 s socket and connect timeouts (and a ZooKeeper session that outlasts
+    them) instead of 2 s: a storm puts its STORM clients on the store at once, and a loaded
+    machine's store answered some of them after more than 2 s (BackendUnavailable), which
+    says nothing about what a cancelled waiter leaves behind."""
+    url = re.sub(r"\b(socket_timeout|socket_connect_timeout)=2\b", r"\1=10", url)
+    return re.sub(r"\bsession_timeout=4\b", "session_timeout=20", url)
+
+
 @pytest.fixture
 def kit(store_url: str) -> Iterator[LockKit]:
-    with LockKit(store_url, namespace=f"c-{uuid.uuid4().hex[:8]}", ttl=10.0) as kit:
+    url = _patient(store_url)
+    with LockKit(url, namespace=f"c-{uuid.uuid4().hex[:8]}", ttl=10.0) as kit:
         yield kit
 
 
 async def next_is_immediate(kit: LockKit, key: str) -> float:
-    started = time.monotonic()
-    lock = kit.lock(key)
-    assert await lock.aacquire(blocking=False), "the key should be free at once"
-    took = time.monotonic() - started
-    await lock.arelease()
-    return took
+    """The quickest of three non-blocking takes of ``key``, each of which must succeed: one
+    round trip, which a loaded machine may stretch once, but not every time."""
+    took = []
+    for _ in range(3):
+        started = time.monotonic()
+        lock = kit.lock(key)
+        assert await lock.aacquire(blocking=False), "the key should be free at once"
+        took.append(time.monotonic() - started)
+        await lock.arelease()
+    return min(took)
 
 
 @pytest.mark.parametrize("fair", [False, True])

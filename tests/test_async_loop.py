@@ -14,6 +14,8 @@ from async_support import worst_stall
 from lockkit_core import LockKit
 
 WAITERS = 50
+#: the longest stall a loop that never blocks may show (see worst_stall)
+STALL_LIMIT = 0.010
 
 
 @pytest.fixture
@@ -60,28 +62,31 @@ def _busy_lock_stall(kit: LockKit) -> float:
 def test_waiting_on_a_busy_lock_never_blocks_the_loop(kit: LockKit) -> None:
     # A loop that waits by blocking stalls for the whole 0.3 s hold on every run; a loaded
     # machine can deschedule this process for a few ms now and then (or for tens of ms while
-    # another process pins a CPU). So one run of five must stay under 10 ms: scheduler noise
-    # passes, a blocking wait never does.
+    # other processes pin the CPUs: that time is left out, see worst_stall). So one run of
+    # five must stay under 10 ms: scheduler noise passes, a blocking wait never does.
     stalls = []
     for _ in range(5):
         stalls.append(_busy_lock_stall(kit))
-        if stalls[-1] < 0.010:
+        if stalls[-1] < STALL_LIMIT:
             return
     pytest.fail(f"the loop stalled for {', '.join(f'{s * 1000:.1f}' for s in stalls)} ms")
 
 
 def test_a_blocking_acquire_on_the_loop_would_fail_this_check(kit: LockKit) -> None:
-    # The check is able to fail: a blocking acquire on the loop stalls the ticker.
+    # The check is able to fail: a blocking acquire on the loop stalls the ticker past the
+    # limit. It waits 0.2 s, of which a loaded machine may keep it queued for a CPU a good
+    # part, after each poll of a store that polls (one mysql run counted 0.029 s): that part
+    # is not counted (see worst_stall), the rest is, and is well past the limit.
     holder = kit.lock("busy", reentrant=False)
     assert holder.acquire()
 
     async def main() -> float:
         async def blocking() -> bool:
-            return kit.lock("busy").acquire(timeout=0.05)
+            return kit.lock("busy").acquire(timeout=0.2)
 
         return (await worst_stall(blocking()))[1]
 
     try:
-        assert asyncio.run(main()) > 0.03
+        assert asyncio.run(main()) > STALL_LIMIT
     finally:
         holder.release()

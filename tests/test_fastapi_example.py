@@ -12,7 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from polling import wait_until
 
+from lockkit_core import LockKit
 from lockkit_core.testing.webservers import Uvicorn, http_call
 
 APP = "sample_projects.fastapi_orders.app:app"
@@ -32,11 +34,13 @@ def pay(server: Uvicorn, order: int, delay: float = 0.0) -> tuple[int, dict[str,
     return status, dict(headers), json.loads(body)
 
 
-def test_a_busy_order_answers_409_and_a_free_one_runs(server: Uvicorn) -> None:
+def test_a_busy_order_answers_409_and_a_free_one_runs(server: Uvicorn, tmp_path: Path) -> None:
     first: list[tuple[int, dict[str, str], dict]] = []  # type: ignore[type-arg]
     paying = threading.Thread(target=lambda: first.append(pay(server, 1, delay=1.0)))
     paying.start()
-    time.sleep(0.4)
+    # the first payment holds the order (a loaded machine may take a while to get it there)
+    with LockKit(f"file://{tmp_path / 'locks'}", namespace="orders") as watcher:
+        wait_until(lambda: watcher.admin.info("order:1") is not None)
     started = time.monotonic()
     status, headers, body = pay(server, 1)
     assert status == 409, body

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import redis
+from polling import wait_until
 
 from lockkit_core import BackendUnavailable, ConfigError, LockKit
 from lockkit_core.backends.base import owner_id
@@ -160,7 +161,7 @@ def test_tokens_keep_increasing_across_a_restart_that_loses_the_data() -> None:
             assert held.token > before
 
 
-def test_waiters_are_served_in_arrival_order(kit: LockKit) -> None:
+def test_waiters_are_served_in_arrival_order(kit: LockKit, raw: redis.Redis) -> None:
     holder = kit.lock("fifo", ttl=10)
     holder.acquire()
     order: list[int] = []
@@ -176,7 +177,8 @@ def test_waiters_are_served_in_arrival_order(kit: LockKit) -> None:
         thread = threading.Thread(target=wait)
         thread.start()
         threads.append(thread)
-        time.sleep(0.15)  # let each one queue before the next arrives
+        # each one queues before the next arrives (a loaded machine may take its time)
+        wait_until(lambda i=i: raw.zcard(f"lockkit:{{{kit.namespace}:fifo}}:q") == i + 1)
     holder.release()
     for thread in threads:
         thread.join(15)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import redis
-from holders import Holder
+from holders import START_WITHIN, Holder
 
 from benchmarks.redis_monitor import CommandCounter
 from lockkit_core import LockKit
@@ -109,7 +109,7 @@ def test_fair_processes_are_served_in_exact_arrival_order(
         try:
             for i, waiter in enumerate(waiters):
                 _go(waiter)
-                _wait_until(lambda n=i + 1: _queued(raw, namespace, "k") == n, timeout=20)
+                _wait_until(lambda n=i + 1: _queued(raw, namespace, "k") == n, timeout=START_WITHIN)
             holder.release()
             tokens = []
             for i, waiter in enumerate(waiters):
@@ -247,7 +247,7 @@ def test_a_killed_fair_waiter_does_not_hold_up_the_next_one(
         dead = Holder(redis_server.url, namespace, "k", 10.0, True, place="fair")
         try:
             _go(dead)
-            _wait_until(lambda: _queued(raw, namespace, "k") == 1, timeout=20)
+            _wait_until(lambda: _queued(raw, namespace, "k") == 1, timeout=START_WITHIN)
             dead.signal(signal.SIGKILL)
             dead.proc.wait(5)
             live = _Thread(kit.lock("k", fair=True, timeout=8))
@@ -276,7 +276,7 @@ def test_a_killed_waiter_is_skipped_while_a_pattern_subscriber_listens(
         try:
             if place:
                 _go(dead)
-            _wait_until(lambda: _queued(raw, namespace, "k") == 1, timeout=20)
+            _wait_until(lambda: _queued(raw, namespace, "k") == 1, timeout=START_WITHIN)
             time.sleep(0.05)  # past a fair=False head's first 10 ms: it is handed the lock
             dead.signal(signal.SIGKILL)
             dead.proc.wait(5)

@@ -223,16 +223,20 @@ def test_partitioned_holder_knows_it_lost_before_anyone_else_takes_over(
         watcher.start()
         taker = direct.lock("p", timeout=3)
         assert taker.acquire() is True
-        # Whoever takes over, the cut-off holder already knows, decided locally.
+        # Whoever takes over, the cut-off holder already knows, decided locally. A check()
+        # that asked the server would wait out the far kit's 0.3 s socket timeout in the
+        # partition; a local one takes microseconds, stretched only by a loaded machine's
+        # scheduling (the watcher's worst of a hundred calls has seen 50 ms and more), so
+        # anything under two thirds of the socket timeout was decided locally.
         start = time.monotonic()
         with pytest.raises(LockLost):
             held.check()
-        assert time.monotonic() - start < 0.05
+        assert time.monotonic() - start < 0.2
         watcher.join(3)
         stop.set()
         assert lost_at, "check() never raised LockLost during the partition"
         assert lost_at[0] - partitioned <= 1.0 + 0.1
-        assert slowest_check < 0.05, f"check() blocked for {slowest_check:.3f} s"
+        assert slowest_check < 0.2, f"check() blocked for {slowest_check:.3f} s"
         assert lost.event.wait(1.0)
         assert held.token is not None and taker.token is not None
         assert taker.token > held.token

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import redis
-from holders import Holder
+from holders import START_WITHIN, Holder
 from polling import wait_until
 
 from lockkit_core import BackendUnavailable, LockKit
@@ -96,7 +96,7 @@ def test_a_killed_waiter_does_not_hold_up_the_next_one(
     assert holder.acquire()
     dead = Holder(redis_server.url, namespace, "k", ttl=10.0, auto_renew=True)
     try:
-        wait_until(lambda: _queued(raw, namespace, "k") == 1, timeout=10)
+        wait_until(lambda: _queued(raw, namespace, "k") == 1, timeout=START_WITHIN)
         dead.signal(signal.SIGKILL)
         dead.proc.wait(5)
         waiter = _Waiter(other, "k", ttl=10, timeout=8)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -150,50 +150,69 @@ def test_a_forged_huge_token_raises_no_floor(
             assert held.token == _fence(raw, namespace, key) < HUGE
 
 
+def _soon_in_one_of_three(one_round: Callable[[], float]) -> None:
+    """Run ``one_round`` (it returns how long a hand-over took to reach its waiter) until one
+    takes under 0.1 s, three times at most: a loaded machine can delay one thread's wake-up
+    by a scheduling slice or two, a waiter that is not woken by the notice misses every time."""
+    rounds = []
+    for _ in range(3):
+        took = one_round()
+        rounds.append(f"{took * 1e3:.1f}")
+        if took < 0.1:
+            return
+    pytest.fail(f"the hand-over reached the waiter after {', '.join(rounds)} ms")
+
+
 @pytest.mark.parametrize("fair", [True, False])
 def test_the_real_hand_over_arrives_within_milliseconds(
     kits: tuple[LockKit, LockKit], raw: redis.Redis, namespace: str, fair: bool
 ) -> None:
     holder_kit, waiting_kit = kits
-    holder = holder_kit.lock("k", ttl=30)  # a long lease: only the notice wakes the waiter
-    assert holder.acquire(timeout=1)
-    first = holder.token
-    assert first is not None
-    waiter = _Acquire(waiting_kit, "k", timeout=10.0, fair=fair)
-    wait_until(lambda: _queued(raw, namespace, "k"))
-    time.sleep(0.05)  # the head is no longer young: the release hands the lock over
-    released = time.monotonic()
-    holder.release()
-    waiter.join(5)
-    assert waiter.result is True
-    assert waiter.returned_at is not None
-    took = waiter.returned_at - released
-    assert took < 0.1, f"the hand-over reached the waiter after {took * 1e3:.1f} ms"
-    assert waiter.token is not None and waiter.token > first
-    assert waiter.token == _fence(raw, namespace, "k")
+
+    def one_round() -> float:
+        holder = holder_kit.lock("k", ttl=30)  # a long lease: only the notice wakes the waiter
+        assert holder.acquire(timeout=1)
+        first = holder.token
+        assert first is not None
+        waiter = _Acquire(waiting_kit, "k", timeout=10.0, fair=fair)
+        wait_until(lambda: _queued(raw, namespace, "k"))
+        time.sleep(0.05)  # the head is no longer young: the release hands the lock over
+        released = time.monotonic()
+        holder.release()
+        waiter.join(5)
+        assert waiter.result is True
+        assert waiter.returned_at is not None
+        assert waiter.token is not None and waiter.token > first
+        assert waiter.token == _fence(raw, namespace, "k")
+        return waiter.returned_at - released
+
+    _soon_in_one_of_three(one_round)
 
 
 def test_malformed_notices_neither_stop_the_listener_nor_wake_anyone_for_long(
     kits: tuple[LockKit, LockKit], raw: redis.Redis, namespace: str
 ) -> None:
     holder_kit, waiting_kit = kits
-    holder = holder_kit.lock("k", ttl=30)
-    assert holder.acquire(timeout=1)
-    waiter = _Acquire(waiting_kit, "k", timeout=10.0, fair=True)
-    wait_until(lambda: _queued(raw, namespace, "k"))
-    # digits that are not ASCII, more digits than int() reads, and a pause of a day
-    for payload in ("\u00b2", "@\u00b2", "9" * 5000, "@" + "9" * 5000, "@", "", "@86400000"):
-        assert _forge(raw, namespace, "k", payload) == 1
-    time.sleep(0.2)
-    listener = waiting_kit.backend._listener  # type: ignore[attr-defined]
-    assert listener.healthy, "a malformed notice stopped the release listener"
-    assert waiter.result is None
-    released = time.monotonic()
-    holder.release()
-    waiter.join(5)
-    assert waiter.result is True and waiter.returned_at is not None
-    took = waiter.returned_at - released
-    assert took < 0.1, f"the hand-over reached the waiter after {took * 1e3:.1f} ms"
+
+    def one_round() -> float:
+        holder = holder_kit.lock("k", ttl=30)
+        assert holder.acquire(timeout=1)
+        waiter = _Acquire(waiting_kit, "k", timeout=10.0, fair=True)
+        wait_until(lambda: _queued(raw, namespace, "k"))
+        # digits that are not ASCII, more digits than int() reads, and a pause of a day
+        for payload in ("\u00b2", "@\u00b2", "9" * 5000, "@" + "9" * 5000, "@", "", "@86400000"):
+            assert _forge(raw, namespace, "k", payload) == 1
+        time.sleep(0.2)
+        listener = waiting_kit.backend._listener  # type: ignore[attr-defined]
+        assert listener.healthy, "a malformed notice stopped the release listener"
+        assert waiter.result is None
+        released = time.monotonic()
+        holder.release()
+        waiter.join(5)
+        assert waiter.result is True and waiter.returned_at is not None
+        return waiter.returned_at - released
+
+    _soon_in_one_of_three(one_round)
 
 
 def test_an_ask_again_notice_never_puts_a_waiter_off(

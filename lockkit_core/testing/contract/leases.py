@@ -16,6 +16,11 @@ from .workers import acquired_by_an_exited_process
 __all__ = ["LeaseContract"]
 
 
+def _sleep_until(moment: float) -> None:
+    """Sleep until ``time.monotonic()`` reaches ``moment`` (at once if it has)."""
+    time.sleep(max(0.0, moment - time.monotonic()))
+
+
 class LeaseContract(ContractBase):
     """A lease bounds how long a holder blocks others, and a holder that loses it is told."""
 
@@ -49,12 +54,16 @@ class LeaseContract(ContractBase):
     def test_extend_keeps_the_lock_past_its_original_ttl(self, make_kit: KitFactory) -> None:
         a, b = make_kit(), make_kit()
         self.require(a, Capability.TTL)
-        held = a.lock("ext", ttl=0.3, auto_renew=False)
+        # Times count from before the acquire, as the lease does: a slow first round trip (a
+        # new connection on a loaded machine took 0.3 s) uses up part of the first ttl, not
+        # the wait before the extension on top of it.
+        held = a.lock("ext", ttl=0.6, auto_renew=False)
+        start = time.monotonic()
         assert held.acquire()
-        time.sleep(0.15)
-        held.extend()  # another 0.3 s from now
-        held.extend(0.6)
-        time.sleep(0.3)  # 0.45 s after acquiring: past the first ttl
+        _sleep_until(start + 0.3)
+        held.extend()  # another 0.6 s from now
+        held.extend(1.2)
+        _sleep_until(start + 0.9)  # past the first ttl
         held.check()
         assert held.owned()
         assert b.lock("ext").acquire(blocking=False) is False
@@ -96,8 +105,10 @@ class LeaseContract(ContractBase):
         a, b = make_kit(), make_kit()
         self.require(a, Capability.TTL)
         lost = Recorder()
-        with a.lock("renewed", ttl=0.3, auto_renew=True, on_lost=lost) as held:
-            end = time.monotonic() + 1.0
+        # Renewed every 0.2 s, lost after two missed renewals and then some: a loaded
+        # machine's late watchdog tick does not lose it (at 0.3 s, one did); 2.5 leases long.
+        with a.lock("renewed", ttl=0.6, auto_renew=True, on_lost=lost) as held:
+            end = time.monotonic() + 1.5
             while time.monotonic() < end:
                 assert b.lock("renewed").acquire(blocking=False) is False
                 held.check()
