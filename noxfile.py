@@ -69,14 +69,17 @@ def _core_tests() -> list[str]:
 #: one or two per area, that cover what differs between versions (imports, typing, the
 #: frameworks' APIs) in a minute or two instead of the whole suite.
 FAST = {
-    "tests/test_units.py", "tests/test_bad_input.py", "tests/test_cli.py",
+    "tests/test_units.py", "tests/test_bad_input.py", "tests/test_bad_input_everywhere.py",
+    "tests/test_cli.py",
     "tests/test_contract_memory.py", "tests/test_contract_file.py",
     "tests/test_contract_redis.py", "tests/test_async_api.py", "tests/test_docs_examples.py",
     "tests/test_memory_backend.py", "tests/test_file_queue.py", "tests/test_redis_backend.py",
     "tests/test_guard.py", "tests/test_option_sources.py",
     "tests/test_django_settings.py", "tests/test_django_views.py",
+    "tests/test_django_async_views.py",
     "tests/test_django_middleware.py", "tests/test_django_tasks.py", "tests/test_django_shop.py",
-    "tests/test_flask_routes.py", "tests/test_flask_extension.py", "tests/test_flask_cli.py",
+    "tests/test_flask_routes.py", "tests/test_flask_route_shapes_and_losses.py",
+    "tests/test_flask_extension.py", "tests/test_flask_cli.py",
     "tests/test_celery_config.py", "tests/test_celery_keys.py", "tests/test_celery_worker.py",
 }  # fmt: skip
 
