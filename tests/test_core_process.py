@@ -5,8 +5,7 @@ parent's lock, and renews its own locks with a thread of its own."""
 
 from __future__ import annotations
 
-import ctypes
-import json
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -14,38 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from forking import FORKS
+from forking import in_child as run_in_child
 
 from lockkit_core import LockKit, LockNotOwned, process
 from lockkit_core.process import TOKENS_PER_DRAW, new_owner_token
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 
-#: libc's fork() called with the GIL held (PyDLL), as a C extension would: no Python hooks run
-_c_fork = ctypes.PyDLL(None).fork
-_c_fork.restype = ctypes.c_int
-FORKS = {"os.fork": os.fork, "libc fork": _c_fork}
-
 
 @pytest.fixture(params=list(FORKS))
 def in_child(request: pytest.FixtureRequest) -> Callable[[Callable[[], Any]], Any]:
-    """Run a function in a child made by the fork of the parameter; what it returned (JSON)."""
-    fork = FORKS[request.param]
-
-    def run(work: Callable[[], Any]) -> Any:
-        read, write = os.pipe()
-        pid = fork()
-        if pid == 0:  # pragma: no cover - runs in the child
-            try:
-                os.write(write, json.dumps(work()).encode())
-            finally:
-                os._exit(0)
-        os.close(write)
-        with os.fdopen(read) as pipe:
-            seen = json.loads(pipe.read())
-        os.waitpid(pid, 0)
-        return seen
-
-    return run
+    """Run a function in a child made by the fork of the parameter; what it returned."""
+    return functools.partial(run_in_child, fork=FORKS[request.param])
 
 
 def test_a_forked_child_draws_owner_tokens_of_its_own(in_child: Any) -> None:

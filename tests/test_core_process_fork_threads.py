@@ -5,37 +5,17 @@ before its first acquisition: every thread's first acquisition must find the
 
 from __future__ import annotations
 
-import ctypes
-import json
 import os
 import threading
 from typing import Any
 
 import pytest
+from forking import in_child
 
 from lockkit_core import process
 from lockkit_core.process import new_owner_token
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
-
-#: libc's fork() called with the GIL held (PyDLL), as a C extension would: no Python hooks run
-_c_fork = ctypes.PyDLL(None).fork
-_c_fork.restype = ctypes.c_int
-
-
-def _in_c_forked_child(work: Any) -> Any:
-    read, write = os.pipe()
-    pid = _c_fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        try:
-            os.write(write, json.dumps(work()).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        seen = json.loads(pipe.read())
-    os.waitpid(pid, 0)
-    return seen
 
 
 def test_a_second_thread_waits_for_the_after_fork_work_another_thread_is_doing() -> None:
@@ -60,7 +40,7 @@ def test_a_second_thread_waits_for_the_after_fork_work_another_thread_is_doing()
         first.join(5)
         return {"reset_done_before_second_went_on": finished_first}
 
-    seen = _in_c_forked_child(two_threads)
+    seen = in_child(two_threads)
     assert seen["reset_done_before_second_went_on"], (
         "check_fork() marks the child as handled before its after_fork callbacks have run: "
         "a second thread's acquisition went on with the parent's state meanwhile"

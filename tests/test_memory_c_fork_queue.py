@@ -6,40 +6,17 @@ still be served once the lease it waits for (the parent's, copied) runs out, as 
 
 from __future__ import annotations
 
-import ctypes
-import json
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
 
 import pytest
+from forking import FORKS, in_child
 
 from lockkit_core import LockKit
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
-
-#: libc's fork() called with the GIL held (PyDLL), as a C extension would: no Python hooks run
-_c_fork = ctypes.PyDLL(None).fork
-_c_fork.restype = ctypes.c_int
-FORKS: dict[str, Callable[[], int]] = {"os.fork": os.fork, "libc fork": _c_fork}
-
-
-def _in_child(fork: Callable[[], int], work: Callable[[], Any]) -> Any:
-    read, write = os.pipe()
-    pid = fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        try:
-            os.write(write, json.dumps(work()).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        seen = json.loads(pipe.read())
-    os.waitpid(pid, 0)
-    return seen
 
 
 @pytest.mark.parametrize("fork", list(FORKS))
@@ -70,7 +47,7 @@ def test_a_forked_childs_fair_waiter_is_served_past_its_parents_queued_threads(
                 lock.release()
             return got
 
-        got = _in_child(FORKS[fork], wait_in_child)
+        got = in_child(wait_in_child, FORKS[fork])
         # the holder's 0.5 s lease ran out meanwhile: the parent's thread takes the key
         thread.join(20)
     assert got, "the child's waiter was never served: its queue still held its parent's threads"

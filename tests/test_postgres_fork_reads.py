@@ -6,13 +6,11 @@ child's reply as its own)."""
 
 from __future__ import annotations
 
-import ctypes
-import json
 import os
 import uuid
-from typing import Any
 
 import pytest
+from forking import in_child
 
 from lockkit_core import LockKit
 from lockkit_core.testing import PostgresServer
@@ -21,25 +19,6 @@ pytestmark = [
     pytest.mark.postgresql,
     pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()"),
 ]
-
-#: libc's fork() called with the GIL held (PyDLL), as a C extension would: no Python hooks run
-_c_fork = ctypes.PyDLL(None).fork
-_c_fork.restype = ctypes.c_int
-
-
-def _in_c_forked_child(work: Any) -> Any:
-    read, write = os.pipe()
-    pid = _c_fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        try:
-            os.write(write, json.dumps(work()).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        seen = json.loads(pipe.read())
-    os.waitpid(pid, 0)
-    return seen
 
 
 def _session_pids(kit: LockKit) -> set[int]:
@@ -61,7 +40,7 @@ def test_a_c_forked_child_that_only_reads_uses_a_session_of_its_own(
             kit.admin.info("k")
             return sorted(_session_pids(kit))
 
-        childs = set(_in_c_forked_child(read_only))
+        childs = set(in_child(read_only))
     shared = parents & childs
     assert not shared, (
         f"the child's read ran in its parent's database session(s) {sorted(shared)}: "
