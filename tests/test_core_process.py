@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from forking import FORKS
+from forking import FORK_PARAMS, FORKS
 from forking import in_child as run_in_child
 
 from lockkit_core import LockKit, LockNotOwned, process
@@ -22,7 +22,7 @@ from lockkit_core.process import TOKENS_PER_DRAW, new_owner_token
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 
 
-@pytest.fixture(params=list(FORKS))
+@pytest.fixture(params=FORK_PARAMS)
 def in_child(request: pytest.FixtureRequest) -> Callable[[Callable[[], Any]], Any]:
     """Run a function in a child made by the fork of the parameter; what it returned."""
     return functools.partial(run_in_child, fork=FORKS[request.param])

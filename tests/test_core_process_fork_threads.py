@@ -10,12 +10,12 @@ import threading
 from typing import Any
 
 import pytest
-from forking import in_child
+from forking import hookless, in_child
 
 from lockkit_core import process
 from lockkit_core.process import new_owner_token
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()"), hookless]
 
 
 def test_a_second_thread_waits_for_the_after_fork_work_another_thread_is_doing() -> None:

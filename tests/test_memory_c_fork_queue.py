@@ -12,14 +12,14 @@ import time
 import uuid
 
 import pytest
-from forking import FORKS, in_child
+from forking import FORK_PARAMS, FORKS, in_child
 
 from lockkit_core import LockKit
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 
 
-@pytest.mark.parametrize("fork", list(FORKS))
+@pytest.mark.parametrize("fork", FORK_PARAMS)
 def test_a_forked_childs_fair_waiter_is_served_past_its_parents_queued_threads(
     fork: str,
 ) -> None:

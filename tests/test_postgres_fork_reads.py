@@ -10,12 +10,13 @@ import os
 import uuid
 
 import pytest
-from forking import in_child
+from forking import hookless, in_child
 
 from lockkit_core import LockKit
 from lockkit_core.testing import PostgresServer
 
 pytestmark = [
+    hookless,
     pytest.mark.postgresql,
     pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()"),
 ]
