@@ -155,9 +155,13 @@ class RunBatches:
 
     def _runs(self, numkeys: int) -> Script:
         """``lua/runs.lua`` called with ``numkeys`` keys."""
-        script = self._scripts.get(("runs", numkeys))
+        return self._cached("runs", numkeys)
+
+    def _cached(self, name: str, numkeys: int) -> Script:
+        """``lua/<name>.lua`` called with ``numkeys`` keys, made once."""
+        script = self._scripts.get((name, numkeys))
         if script is None:
-            script = self._scripts["runs", numkeys] = self._backend.new_script(numkeys, "runs")
+            script = self._scripts[name, numkeys] = self._backend.new_script(numkeys, name)
         return script
 
     def _send(
@@ -226,9 +230,7 @@ class RunBatches:
         """One call of ``lua/<name>.lua`` with ``keys`` and ``args``; its reply, or None on a
         server in cluster mode, which refused it (CROSSSLOT) before running it."""
         backend = self._backend
-        script = self._scripts.get((name, len(keys)))
-        if script is None:
-            script = self._scripts[name, len(keys)] = backend.new_script(len(keys), name)
+        script = self._cached(name, len(keys))
         crossslot = backend._redis.exceptions.ClusterCrossSlotError
 
         def run() -> list[Any] | None:
@@ -239,6 +241,5 @@ class RunBatches:
 
         reply = backend._call(what, run, retry=retry, key=key)
         if reply is None:
-            log.info("%s runs in cluster mode: batches go one lock at a time", backend.describe())
-            self.one_slot = True
+            self._refused()
         return reply
