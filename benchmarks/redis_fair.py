@@ -1,6 +1,13 @@
 """``python -m benchmarks.redis_fair``: redis:// ``fair=True`` against the default lock.
 
-Two measurements on one fresh redis-server:
+Three measurements, on a fresh redis-server for each layout of processes on CPUs
+(``--layouts``, all three by default):
+
+- ``same``: redis-server and every client process on one CPU. Nothing overlaps: every
+  microsecond of client or server work per section adds to the section, and each section
+  of strict order runs in a process that slept through the others' sections (cold caches);
+- ``split``: redis-server on one CPU, every client process on the other;
+- ``free``: nothing pinned; the scheduler places the server and the clients on the CPUs.
 
 1. order: ``--processes`` processes queue for a held key one after another (each only once
    the one before it is in the queue), then the holder lets go; FIFO % is the share of them
@@ -18,8 +25,9 @@ Two measurements on one fresh redis-server:
    server's read events (``total_reads_processed``, one per client write that reached it,
    so two pipelined commands count once) per section.
 
-The target: FIFO 100 % with ``fair=True`` at >= 90 % of the default lock's sections/s. The
-load average is printed before and after: on a shared machine, say it next to the rates.
+The target: FIFO 100 % with ``fair=True`` at >= 90 % of the default lock's sections/s, said
+per layout. The load average is printed before and after: on a shared machine, say it next
+to the rates. Round trips are counted once, in the first layout (they do not depend on it).
 """
 
 from __future__ import annotations
@@ -37,13 +45,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import scenarios
-from .machine import choose_pinnings, cpu_ns, pin_self
+from .machine import Pinning, choose_pinnings, cpu_ns, pin_self
 from .redis_monitor import CommandCounter
 from .scenarios import Settings
 from .servers import BenchRedis, redis_server
 
 _SPAWN = multiprocessing.get_context("spawn")
 _NAMES = ("lockkit", "lockkit fair=True")
+#: the CPUs this process may use at the start, which the ``free`` layout leaves to the scheduler
+_ALL_CPUS = frozenset(os.sched_getaffinity(0))
 
 
 def _queue_up(url: str, namespace: str, index: int, out: Any) -> None:
@@ -106,68 +116,122 @@ def _round_trips(
     return found
 
 
+@dataclasses.dataclass
+class Layout:
+    """What one layout of processes on CPUs measured."""
+
+    pinning: Pinning
+    orders: list[list[int]]
+    rates: dict[str, list[float]]
+    server_us: dict[str, list[float]]
+    switched: dict[str, list[float]]
+
+    @property
+    def fifo(self) -> float:
+        """The share of contenders served in the order they queued, in per cent."""
+        served = sum(i == got for order in self.orders for i, got in enumerate(order))
+        return 100.0 * served / max(1, sum(len(order) for order in self.orders))
+
+    @property
+    def ratio(self) -> float:
+        default, fair = (statistics.median(self.rates[name]) for name in _NAMES)
+        return fair / default
+
+
+def layouts() -> list[Pinning]:
+    """Where the server and the clients run: all on one CPU, the server on one and the
+    clients on another, and (``free``) wherever the scheduler puts them."""
+    found = choose_pinnings(("same", "split"))
+    cpus = sorted(_ALL_CPUS)
+    found.append(
+        Pinning(
+            "free",
+            None,
+            None,
+            f"free: nothing pinned; the scheduler places redis-server and every client process "
+            f"on CPUs {', '.join(map(str, cpus))}",
+        )
+    )
+    return found
+
+
+def _measure(pinning: Pinning, args: argparse.Namespace, settings: Settings) -> Layout:
+    os.sched_setaffinity(0, _ALL_CPUS)  # the server inherits it where it is not pinned
+    with redis_server(pinning.server_cpu) as server:
+        pin_self(pinning.client_cpu)
+        orders = [_order(server.url, server.client, args.processes) for _ in range(args.rounds)]
+
+        def fresh() -> str:
+            server.reset()
+            return server.url
+
+        found = Layout(pinning, orders, {}, {}, {})
+        for name in _NAMES:
+            found.rates[name], found.server_us[name], found.switched[name] = [], [], []
+        for repeat in range(args.repeats):
+            for name in _NAMES if repeat % 2 == 0 else _NAMES[::-1]:
+                ran = cpu_ns(server.pid) if server.pid is not None else 0
+                (row,) = scenarios.contention([name], fresh, settings, pinning.client_cpu)
+                if "error" in row:
+                    raise RuntimeError(f"{name}: {row['error']}")
+                found.rates[name].append(float(row["per_second"]))
+                found.switched[name].append(100.0 * float(row["handoff_share"]))
+                if server.pid is not None:
+                    ran = cpu_ns(server.pid) - ran
+                    found.server_us[name].append(ran / 1000.0 / max(1, int(row["sections"])))
+    os.sched_setaffinity(0, _ALL_CPUS)
+    return found
+
+
+def _report(found: Layout) -> None:
+    print(f"  {found.pinning.note}")
+    print(f"    order: {len(found.orders)} rounds, served as queued: {found.fifo:.0f} %")
+    for name in _NAMES:
+        shown = ", ".join(f"{rate:,.0f}" for rate in found.rates[name])
+        # barging keeps one process going; strict order changes process on every section
+        print(
+            f"    {name:<18} sections/s median {statistics.median(found.rates[name]):>7,.0f}"
+            f"  ({shown}); redis-server CPU per section "
+            f"{statistics.median(found.server_us[name] or [0.0]):.0f} µs; next section in "
+            f"another process {statistics.median(found.switched[name]):.0f} %"
+        )
+    met = found.fifo == 100.0 and found.ratio >= 0.9
+    verdict = "met" if met else "missed"
+    print(f"    {verdict:<7} FIFO 100 % at >= 90 % of the default: {found.ratio:.0%}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.redis_fair", description=__doc__)
     parser.add_argument("--processes", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument(
+        "--layouts",
+        default="same,split,free",
+        help="comma-separated, of: same, split, free (default: all three)",
+    )
     args = parser.parse_args(argv)
+    wanted = [name.strip() for name in args.layouts.split(",") if name.strip()]
+    chosen = [pinning for pinning in layouts() if pinning.name in wanted]
+    unknown = set(wanted) - {pinning.name for pinning in layouts()}
+    if unknown or not chosen:
+        parser.error(f"--layouts: unknown {sorted(unknown)}; choose from same, split, free")
     settings = dataclasses.replace(
         Settings(), seconds=args.seconds, processes=args.processes, contention_rounds=1
     )
-    (pinning,) = choose_pinnings(("same",))
     started = os.getloadavg()
-    with redis_server(pinning.server_cpu) as server:
-        pin_self(pinning.client_cpu)
-        orders = [_order(server.url, server.client, args.processes) for _ in range(args.rounds)]
-        in_place = sum(i == got for order in orders for i, got in enumerate(order))
-        fifo = 100.0 * in_place / (args.processes * args.rounds)
-
-        def fresh() -> str:
-            server.reset()
-            return server.url
-
-        rates: dict[str, list[float]] = {name: [] for name in _NAMES}
-        server_us: dict[str, list[float]] = {name: [] for name in _NAMES}
-        switched: dict[str, list[float]] = {name: [] for name in _NAMES}
-        for repeat in range(args.repeats):
-            names = _NAMES if repeat % 2 == 0 else _NAMES[::-1]
-            for name in names:
-                ran = cpu_ns(server.pid) if server.pid is not None else 0
-                (row,) = scenarios.contention([name], fresh, settings, pinning.client_cpu)
-                if "error" in row:
-                    raise RuntimeError(f"{name}: {row['error']}")
-                rates[name].append(float(row["per_second"]))
-                switched[name].append(100.0 * float(row["handoff_share"]))
-                if server.pid is not None:
-                    ran = cpu_ns(server.pid) - ran
-                    server_us[name].append(ran / 1000.0 / max(1, int(row["sections"])))
-        trips = _round_trips(server, settings, pinning.client_cpu)
-    default, fair = (statistics.median(rates[name]) for name in _NAMES)
-    print(f"redis:// fair=True, {args.processes} processes ({pinning.note})")
+    results = [_measure(pinning, args, settings) for pinning in chosen]
+    with redis_server(chosen[0].server_cpu) as server:
+        trips = _round_trips(server, settings, chosen[0].client_cpu)
+    os.sched_setaffinity(0, _ALL_CPUS)
+    print(f"redis:// fair=True, {args.processes} processes on one key")
     print(f"  load average {started[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
-    print(f"  order: {args.rounds} rounds, served as queued: {fifo:.0f} %  {orders}")
     for name in _NAMES:
-        shown = ", ".join(f"{rate:,.0f}" for rate in rates[name])
-        print(
-            f"  {name:<18} sections/s median {statistics.median(rates[name]):>7,.0f}  ({shown})"
-            f"  per section: {trips[name][0]:.2f} commands, {trips[name][1]:.2f} reads"
-        )
-        if server_us[name]:
-            shown = ", ".join(f"{us:.0f}" for us in server_us[name])
-            print(
-                f"  {'':<18} redis-server CPU per section median "
-                f"{statistics.median(server_us[name]):.0f} µs  ({shown})"
-            )
-        # barging keeps one process going; strict order changes process on every section
-        print(
-            f"  {'':<18} the next section in another process: median "
-            f"{statistics.median(switched[name]):.0f} % of sections"
-        )
-    ratio = fair / default
-    met = fifo == 100.0 and ratio >= 0.9
-    print(f"  {'met' if met else 'missed':<7} FIFO 100 % at >= 90 % of the default: {ratio:.0%}")
+        commands, reads = trips[name]
+        print(f"  {name:<18} per section: {commands:.2f} commands, {reads:.2f} reads")
+    for found in results:
+        _report(found)
     return 0
 
 
