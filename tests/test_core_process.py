@@ -5,16 +5,12 @@ parent's lock, and renews its own locks with a thread of its own."""
 
 from __future__ import annotations
 
-import functools
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from forking import FORK_PARAMS, FORKS
-from forking import in_child as run_in_child
+from forking import FORK_PARAMS, in_child, run_case
 
 from lockkit_core import LockKit, LockNotOwned, process
 from lockkit_core.process import TOKENS_PER_DRAW, new_owner_token
@@ -22,30 +18,41 @@ from lockkit_core.process import TOKENS_PER_DRAW, new_owner_token
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 
 
-@pytest.fixture(params=FORK_PARAMS)
-def in_child(request: pytest.FixtureRequest) -> Callable[[Callable[[], Any]], Any]:
-    """Run a function in a child made by the fork of the parameter; what it returned."""
-    return functools.partial(run_in_child, fork=FORKS[request.param])
+@pytest.mark.parametrize("fork", FORK_PARAMS)
+def test_a_forked_child_draws_owner_tokens_of_its_own(fork: str) -> None:
+    run_case(draws_owner_tokens_of_its_own, fork)
 
 
-def test_a_forked_child_draws_owner_tokens_of_its_own(in_child: Any) -> None:
+@pytest.mark.parametrize("fork", FORK_PARAMS)
+def test_a_forked_child_never_releases_its_parents_lock(fork: str, tmp_path: Path) -> None:
+    run_case(never_releases_its_parents_lock, fork, directory=str(tmp_path))
+
+
+@pytest.mark.parametrize("fork", FORK_PARAMS)
+def test_a_forked_child_renews_its_own_locks(fork: str, tmp_path: Path) -> None:
+    run_case(renews_its_own_locks, fork, directory=str(tmp_path))
+
+
+def draws_owner_tokens_of_its_own(fork: str) -> None:
     new_owner_token()  # the parent now has tokens drawn ahead, which the child inherits
     child = in_child(
         lambda: {
             "tokens": [new_owner_token() for _ in range(TOKENS_PER_DRAW)],
             "pid": process.pid(),
             "os_pid": os.getpid(),
-        }
+        },
+        fork,
     )
     ours = {new_owner_token() for _ in range(TOKENS_PER_DRAW)}
-    assert child["pid"] == child["os_pid"] != process.pid() == os.getpid()
-    assert len(set(child["tokens"])) == TOKENS_PER_DRAW
+    pids = {"child": child["pid"], "child's os": child["os_pid"], "parent": process.pid()}
+    assert child["pid"] == child["os_pid"] != process.pid() == os.getpid(), pids
+    assert len(set(child["tokens"])) == TOKENS_PER_DRAW, "the child repeated owner tokens"
     shared = ours & set(child["tokens"])
     assert not shared, f"the child handed out {len(shared)} of the parent's owner tokens"
 
 
-def test_a_forked_child_never_releases_its_parents_lock(in_child: Any, tmp_path: Path) -> None:
-    with LockKit(f"file://{tmp_path}", namespace="fork", ttl=30) as kit:
+def never_releases_its_parents_lock(fork: str, directory: str) -> None:
+    with LockKit(f"file://{directory}", namespace="fork", ttl=30) as kit:
         lock = kit.lock("parent-held", auto_renew=False)
         assert lock.acquire(blocking=False)
 
@@ -56,22 +63,23 @@ def test_a_forked_child_never_releases_its_parents_lock(in_child: Any, tmp_path:
                 return "refused"
             return "released"
 
-        answer = in_child(release_in_child)
+        answer = in_child(release_in_child, fork)
         try:
-            with LockKit(f"file://{tmp_path}", namespace="fork", ttl=30) as other:
+            with LockKit(f"file://{directory}", namespace="fork", ttl=30) as other:
                 assert not other.lock("parent-held").acquire(blocking=False), (
                     f"the child ({answer}) freed the lock its parent still holds"
                 )
-            assert answer == "refused"
+            assert answer == "refused", f"the child's release of its parent's lock: {answer}"
         finally:
             lock.release()
 
 
-def test_a_forked_child_renews_its_own_locks(in_child: Any, tmp_path: Path) -> None:
-    # The parent's renewal thread is running when the child is made; the child has no such
-    # thread, whatever the thread's object (copied with the parent's memory) says.
+def renews_its_own_locks(fork: str, directory: str) -> None:
+    # The parent's renewal thread is running when the child is made (the one thread besides
+    # the main one in a fresh interpreter); the child has no such thread, whatever the thread's
+    # object (copied with the parent's memory) says.
     with (
-        LockKit(f"file://{tmp_path}", namespace="fork", ttl=30) as kit,
+        LockKit(f"file://{directory}", namespace="fork", ttl=30) as kit,
         kit.lock("parent-held", auto_renew=True),
     ):
 
@@ -86,7 +94,8 @@ def test_a_forked_child_renews_its_own_locks(in_child: Any, tmp_path: Path) -> N
             lock.release()
             return "held"
 
-        assert in_child(hold_past_the_ttl) == "held"
+        kept = in_child(hold_past_the_ttl, fork)
+        assert kept == "held", f"the child's lock was not renewed past its ttl: {kept}"
 
 
 def test_owner_tokens_are_128_bit_hex_and_never_repeat() -> None:

@@ -10,15 +10,24 @@ import threading
 from typing import Any
 
 import pytest
-from forking import hookless, in_child
+from forking import LIBC_FORK, in_child, run_case
 
 from lockkit_core import process
 from lockkit_core.process import new_owner_token
 
-pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()"), hookless]
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 
 
-def test_a_second_thread_waits_for_the_after_fork_work_another_thread_is_doing() -> None:
+@pytest.mark.parametrize("fork", [LIBC_FORK])
+def test_a_second_thread_waits_for_the_after_fork_work_another_thread_is_doing(
+    fork: str,
+) -> None:
+    run_case(second_thread_waits_for_the_after_fork_work, fork)
+
+
+def second_thread_waits_for_the_after_fork_work(fork: str) -> None:
+    # The parent (a fresh interpreter) has no thread but this one: the child's threads are
+    # the only ones the case is about.
     new_owner_token()  # the parent has tokens drawn ahead, which the child inherits
 
     def two_threads() -> dict[str, Any]:
@@ -27,7 +36,7 @@ def test_a_second_thread_waits_for_the_after_fork_work_another_thread_is_doing()
 
         def slow_reset() -> None:  # stands for the kits' reset (holds, backend, threads)
             running.set()
-            go_on.wait(5)
+            go_on.wait(1)
             done.append(True)
 
         process.after_fork(slow_reset)
@@ -40,7 +49,7 @@ def test_a_second_thread_waits_for_the_after_fork_work_another_thread_is_doing()
         first.join(5)
         return {"reset_done_before_second_went_on": finished_first}
 
-    seen = in_child(two_threads)
+    seen = in_child(two_threads, fork)
     assert seen["reset_done_before_second_went_on"], (
         "check_fork() marks the child as handled before its after_fork callbacks have run: "
         "a second thread's acquisition went on with the parent's state meanwhile"

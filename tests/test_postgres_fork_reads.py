@@ -10,13 +10,12 @@ import os
 import uuid
 
 import pytest
-from forking import hookless, in_child
+from forking import LIBC_FORK, in_child, run_case
 
 from lockkit_core import LockKit
 from lockkit_core.testing import PostgresServer
 
 pytestmark = [
-    hookless,
     pytest.mark.postgresql,
     pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()"),
 ]
@@ -28,10 +27,15 @@ def _session_pids(kit: LockKit) -> set[int]:
     return {conn.pgconn.backend_pid for conn in pool._idle}
 
 
+@pytest.mark.parametrize("fork", [LIBC_FORK])
 def test_a_c_forked_child_that_only_reads_uses_a_session_of_its_own(
-    postgres_server: PostgresServer,
+    fork: str, postgres_server: PostgresServer
 ) -> None:
-    url = postgres_server.url + "?socket_timeout=5&connect_timeout=2"
+    run_case(reads_in_a_session_of_its_own, fork, url=postgres_server.url)
+
+
+def reads_in_a_session_of_its_own(fork: str, url: str) -> None:
+    url += "?socket_timeout=5&connect_timeout=2"
     with LockKit(url, namespace=f"f{uuid.uuid4().hex[:8]}", ttl=30) as kit:
         kit.admin.info("k")  # the parent's pool now keeps a connection idle
         parents = _session_pids(kit)
@@ -41,7 +45,7 @@ def test_a_c_forked_child_that_only_reads_uses_a_session_of_its_own(
             kit.admin.info("k")
             return sorted(_session_pids(kit))
 
-        childs = set(in_child(read_only))
+        childs = set(in_child(read_only, fork))
     shared = parents & childs
     assert not shared, (
         f"the child's read ran in its parent's database session(s) {sorted(shared)}: "
