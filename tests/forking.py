@@ -7,10 +7,11 @@ Nothing repairs the interpreter in a child forked below Python, so the child inh
 interpreter state as the parent's other threads left it. A thread that was waiting for the
 GIL at that moment stays registered on the GIL's condition variable, and the child's first
 hand-over of the GIL then waits for it, a thread the child does not have, for ever (a lockkit
-watchdog started just before the fork was enough; a pytest-xdist worker's threads can do the
-same), whatever lockkit does. So a case of libc's fork runs in a fresh interpreter
-(:func:`fresh.run`) that has no thread but those the case starts, and forks only once those
-sleep in waits of their own (:func:`settle_threads`). The ``os.fork`` cases run here."""
+watchdog started just before the fork was enough; any thread that runs Python now and then,
+a pytest-xdist worker's or one an earlier test left, can do it), whatever lockkit does. So a
+case of libc's fork runs in a fresh interpreter (:func:`fresh.run`) that has no thread but
+those the case starts, and forks only once those sleep in waits of their own
+(:func:`settle_threads`). The ``os.fork`` cases run here."""
 
 from __future__ import annotations
 
