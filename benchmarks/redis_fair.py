@@ -53,7 +53,13 @@ from .servers import BenchRedis, redis_server
 _SPAWN = multiprocessing.get_context("spawn")
 _NAMES = ("lockkit", "lockkit fair=True")
 #: the CPUs this process may use at the start, which the ``free`` layout leaves to the scheduler
-_ALL_CPUS = frozenset(os.sched_getaffinity(0))
+_ALL_CPUS = frozenset(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ())
+
+
+def _unpin() -> None:
+    """Let this process (and what it starts from now on) run on every CPU it started with."""
+    if _ALL_CPUS:
+        os.sched_setaffinity(0, _ALL_CPUS)
 
 
 def _queue_up(url: str, namespace: str, index: int, out: Any) -> None:
@@ -149,14 +155,14 @@ def layouts() -> list[Pinning]:
             None,
             None,
             f"free: nothing pinned; the scheduler places redis-server and every client process "
-            f"on CPUs {', '.join(map(str, cpus))}",
+            f"on CPUs {', '.join(map(str, cpus)) or '(unknown)'}",
         )
     )
     return found
 
 
 def _measure(pinning: Pinning, args: argparse.Namespace, settings: Settings) -> Layout:
-    os.sched_setaffinity(0, _ALL_CPUS)  # the server inherits it where it is not pinned
+    _unpin()  # the server inherits it where it is not pinned
     with redis_server(pinning.server_cpu) as server:
         pin_self(pinning.client_cpu)
         orders = [_order(server.url, server.client, args.processes) for _ in range(args.rounds)]
@@ -179,7 +185,7 @@ def _measure(pinning: Pinning, args: argparse.Namespace, settings: Settings) -> 
                 if server.pid is not None:
                     ran = cpu_ns(server.pid) - ran
                     found.server_us[name].append(ran / 1000.0 / max(1, int(row["sections"])))
-    os.sched_setaffinity(0, _ALL_CPUS)
+    _unpin()
     return found
 
 
@@ -224,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = [_measure(pinning, args, settings) for pinning in chosen]
     with redis_server(chosen[0].server_cpu) as server:
         trips = _round_trips(server, settings, chosen[0].client_cpu)
-    os.sched_setaffinity(0, _ALL_CPUS)
+    _unpin()
     print(f"redis:// fair=True, {args.processes} processes on one key")
     print(f"  load average {started[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     for name in _NAMES:
