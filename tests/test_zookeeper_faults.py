@@ -267,7 +267,10 @@ def test_a_paused_server_makes_acquire_fail_within_its_socket_timeout(
             start = time.monotonic()
             with pytest.raises(BackendUnavailable):
                 kit.lock("x").acquire(timeout=30)
-            assert time.monotonic() - start < 1.5
+            # Within the 0.5 s socket timeout (the docs' bound), not the caller's 30 s: 2 s
+            # more for a loaded machine (one run under two CPU burners took over 1.5 s).
+            took = time.monotonic() - start
+            assert took < 0.5 + 2.0, f"took {took:.2f} s with a 0.5 s socket timeout"
         finally:
             zookeeper_server.resume()
 
