@@ -132,3 +132,29 @@ def test_an_outage_costs_at_most_one_socket_timeout_past_the_timeout(
         proxy.heal()
         far.close()
         holder.release()
+
+
+def test_a_slow_grant_is_renewed_before_its_lease_runs_out(
+    proxy: TcpProxy, direct: LockKit, namespace: str
+) -> None:
+    """The lease counts from before the request was sent, and so must its renewals: a grant
+    that took most of a 1 s ttl to arrive is renewed at once, not a third of a ttl later
+    (after its lease ran out). A loaded ZooKeeper server's slow acquire lost locks so."""
+    far = _far(proxy, namespace, socket_timeout=5, ttl=1.0)
+    try:
+        with far.lock("warm"):
+            pass
+        lost: list[object] = []
+        held = far.lock("slow", auto_renew=True, on_lost=lost.append)
+        proxy.set_delay(0.4)  # each way: the grant arrives 0.8 s after the request left
+        assert held.acquire()
+        proxy.set_delay(0)
+        end = time.monotonic() + 2.0  # two leases: only renewals keep it
+        while time.monotonic() < end:
+            assert direct.lock("slow").acquire(blocking=False) is False
+            held.check()
+            time.sleep(0.1)
+        assert not lost
+        held.release()
+    finally:
+        far.close()
