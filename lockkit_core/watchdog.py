@@ -1,5 +1,5 @@
-"""The watchdog: one thread per process that renews leases every ttl/4 to ttl/3 (on a grid, so
-holds taken close together share a wake-up) and reports lost ones.
+"""The watchdog: one thread per process that renews leases ttl/4 to ttl/3 after each began (on
+a grid, so holds taken close together share a wake-up) and reports lost ones.
 
 Holds that neither renew nor have ``on_lost`` callbacks never reach it: they cost nothing.
 
@@ -61,7 +61,7 @@ class Watchdog:
         if hold.ttl is None:
             return
         if hold.auto_renew:
-            due = lease.renew_at(time.monotonic(), hold.ttl)
+            due = _renew_due(hold, hold.ttl)
         elif _has_on_lost(hold):
             due = hold.deadline
         else:
@@ -189,7 +189,15 @@ class Watchdog:
             self.schedule(hold, min(now + lease.retry_interval(ttl), hold.deadline))
             return
         if renewed and hold.active:
-            self.schedule(hold, lease.renew_at(time.monotonic(), ttl))
+            self.schedule(hold, _renew_due(hold, ttl))
+
+
+def _renew_due(hold: Hold, ttl: float) -> float:
+    """When to renew ``hold``: ttl/4 to ttl/3 (:func:`lease.renew_at`) after its lease began,
+    that is after the request that granted or last extended it was *sent* (its deadline counts
+    from then), not after the answer came: a grant or renewal whose answer took most of a
+    third of the ttl is renewed at once, not a third of a ttl later, past its deadline."""
+    return lease.renew_at(hold.deadline - lease.validity(ttl), ttl)
 
 
 def _has_on_lost(hold: Hold) -> bool:

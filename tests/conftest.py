@@ -24,6 +24,7 @@ pytest_plugins = [
     "mariadb_fixtures",
     "otel_fixtures",
     "postgres_fixtures",
+    "redis_fault_fixtures",
     "redlock_fixtures",
     "redis_deploy_fixtures",
     "web_fixtures",

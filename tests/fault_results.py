@@ -15,12 +15,13 @@ import re
 import pytest
 from fault_scenarios import check_marker
 
-_STORE = re.compile(r"test_([a-z]+)_faults\.py")
+_STORE = re.compile(r"test_([a-z]+)(?:_[a-z]+)?_faults\.py")
 
 
 def _store(item: pytest.Item) -> str:
     """The store a fault test ran on: its ``store`` parameter (tests/test_sql_faults.py runs
-    one scenario set on two databases), else its module's name (``test_<store>_faults.py``)."""
+    one scenario set on two databases), else its module's name (``test_<store>_faults.py``, or
+    ``test_<store>_<subject>_faults.py`` for a store whose fault tests are split by subject)."""
     callspec = getattr(item, "callspec", None)
     param = callspec.params.get("store") if callspec is not None else None
     if isinstance(param, str):

@@ -2,7 +2,8 @@
 
 A fault test says which scenario it runs and what the lock does under it with
 ``@pytest.mark.fault("holder-paused", "lost-and-told")``; the store is the test module's
-(``tests/test_<store>_faults.py``), or its ``store`` parameter (``tests/test_sql_faults.py``).
+(``tests/test_<store>_faults.py``, or ``tests/test_<store>_<subject>_faults.py``), or its
+``store`` parameter (``tests/test_sql_faults.py``).
 With ``LOCKKIT_FAULT_RESULTS=PATH`` set, the fault_results plugin writes each such test's
 scenario, store, outcome and result to PATH (JSON lines), and
 ``python tests/fault_scenarios.py PATH docs/results/faults.md`` renders the table from them.

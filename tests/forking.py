@@ -16,8 +16,11 @@ those the case starts, and forks only once those sleep in waits of their own
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
+import select
+import signal
 import sys
 import threading
 import time
@@ -55,9 +58,21 @@ def run_case(case: Callable[..., Any], fork: str, **kwargs: Any) -> Any:
     return fresh.run(case, fork=fork, **kwargs)
 
 
-def in_child(work: Callable[[], Any], fork: str) -> Any:
+#: how long a child may take to answer, on a loaded machine too: past it, it is stuck
+CHILD_WITHIN = 60.0
+
+
+def in_child(work: Callable[[], Any], fork: str, within: float = CHILD_WITHIN) -> Any:
     """Run ``work()`` in a child made by the fork named ``fork``; what it returned (through
-    JSON). An exception in the child is raised here as an AssertionError with its traceback."""
+    JSON).
+
+    What ``work()`` raised in the child fails the test with the child's traceback; a child that
+    exits without answering fails it with its exit status, and one that has not answered
+    within ``within`` seconds is killed and fails it, rather than holding the run up."""
+    # Garbage earlier tests left in cycles (kits, clients, sessions) is finalized here: in
+    # the child a finalizer would act on state whose threads stayed in the parent. (Before
+    # the threads settle: a finalizer may wake one.)
+    gc.collect()
     if fork != "os.fork":
         if not fresh.inside():
             raise RuntimeError("libc's fork runs only in a fresh interpreter: use run_case()")
@@ -67,21 +82,44 @@ def in_child(work: Callable[[], Any], fork: str) -> Any:
     if pid == 0:  # pragma: no cover - runs in the child
         try:
             try:
-                answer = {"returned": work()}
+                answer = json.dumps({"value": work()})
             except BaseException:
-                answer = {"raised": traceback.format_exc()}
-            os.write(write, json.dumps(answer).encode())
+                answer = json.dumps({"error": traceback.format_exc()})
+            with os.fdopen(write, "w") as pipe:
+                pipe.write(answer)
         finally:
             os._exit(0)
     os.close(write)
-    with os.fdopen(read) as pipe:
-        text = pipe.read()
+    try:
+        said = _read_to_end(read, within)
+    finally:
+        os.close(read)
+    if said is None:
+        os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
-    assert text, f"the child of {fork} wrote nothing (wait status {status})"
-    answer = json.loads(text)
-    if "raised" in answer:
-        raise AssertionError(f"in the child of {fork}:\n{answer['raised']}")
-    return answer["returned"]
+    exit_code = os.waitstatus_to_exitcode(status)
+    if said is None:
+        pytest.fail(f"the child did not answer within {within:g} s (killed)")
+    if not said:
+        pytest.fail(f"the child exited without answering (exit code {exit_code})")
+    answer = json.loads(said)
+    if "error" in answer:
+        pytest.fail(f"the child raised (exit code {exit_code}):\n{answer['error']}")
+    return answer["value"]
+
+
+def _read_to_end(fd: int, within: float) -> bytes | None:
+    """All ``fd`` gives until its end; None if that has not come within ``within`` s."""
+    deadline = time.monotonic() + within
+    chunks = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 def settle_threads(timeout: float = 10.0) -> None:

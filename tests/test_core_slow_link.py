@@ -132,3 +132,33 @@ def test_an_outage_costs_at_most_one_socket_timeout_past_the_timeout(
         proxy.heal()
         far.close()
         holder.release()
+
+
+def test_a_slow_grant_is_renewed_before_its_lease_runs_out(
+    proxy: TcpProxy, direct: LockKit, namespace: str
+) -> None:
+    """The lease counts from before the request was sent, and so must its renewals: a grant
+    that took 2.3 s of a 3 s ttl to arrive is renewed at once, not ttl/4..ttl/3 after it came
+    (past its lease). A loaded ZooKeeper server's slow acquire lost locks so."""
+    far = _far(proxy, namespace, socket_timeout=5, ttl=3.0)
+    try:
+        with far.lock("warm"):
+            pass
+        lost: list[object] = []
+        held = far.lock("slow", auto_renew=True, on_lost=lost.append, reentrant=False)
+        proxy.partition()  # the request waits in the proxy (as on a stalled server)
+        sent = time.monotonic()
+        acquiring = threading.Thread(target=held.acquire, daemon=True)
+        acquiring.start()
+        time.sleep(2.3)
+        proxy.heal()  # delivered now: the grant comes 2.3 s into its lease, the link is fast
+        acquiring.join(5)
+        assert held.owned()
+        while time.monotonic() < sent + 3.8:  # past the first lease: only a renewal keeps it
+            assert direct.lock("slow").acquire(blocking=False) is False
+            held.check()
+            time.sleep(0.1)
+        assert not lost
+        held.release()
+    finally:
+        far.close()

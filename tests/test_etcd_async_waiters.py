@@ -29,6 +29,20 @@ def kit(etcd_server: EtcdServer) -> Iterator[LockKit]:
         yield kit
 
 
+async def _queued(on: LockKit, full_key: str, count: int = 1, within: float = 10.0) -> None:
+    """Return once ``count`` waiters of ``on``'s line for ``full_key`` have their places in
+    etcd's queue (the attempt that queued each was answered)."""
+    lines = on.backend.aio().lines  # type: ignore[attr-defined]
+    deadline = time.monotonic() + within
+    while True:
+        line = lines.get(full_key)
+        places = list(line.places) if line is not None else []
+        if len(places) == count and all(p.waiter.queued_at is not None for p in places):
+            return
+        assert time.monotonic() < deadline, f"{count} waiter(s) not queued after {within:g} s"
+        await asyncio.sleep(0.01)
+
+
 async def _queue_and_drain(
     kit: LockKit, waiters: int, before_release: float, on_queued: Callable[[], object] = list
 ) -> list[int]:
@@ -149,14 +163,6 @@ def test_a_waiter_of_another_process_queued_first_goes_before_this_loops_line(
     that queued before it is served first."""
     with LockKit(etcd_server.url, namespace=kit.namespace, ttl=10.0) as other:
 
-        async def queued(on: LockKit, full_key: str) -> None:
-            ops = on.backend.aio()
-            while True:
-                line = ops.lines.get(full_key)  # type: ignore[attr-defined]
-                if line is not None and line.places[0].waiter.queued_at is not None:
-                    return
-                await asyncio.sleep(0.01)
-
         async def main() -> list[str]:
             order: list[str] = []
 
@@ -169,9 +175,9 @@ def test_a_waiter_of_another_process_queued_first_goes_before_this_loops_line(
             holder = kit.lock("shared")
             assert await holder.aacquire()
             first = asyncio.create_task(take(other, "other kit"))
-            await queued(other, holder.full_key)
+            await _queued(other, holder.full_key)
             second = asyncio.create_task(take(kit, "this kit"))
-            await queued(kit, holder.full_key)
+            await _queued(kit, holder.full_key)
             await holder.arelease()
             await asyncio.wait_for(asyncio.gather(first, second), 20)
             return order
@@ -235,11 +241,11 @@ def test_waiters_of_one_loop_and_another_process_are_served_in_the_order_they_as
             holder = kit.lock("fifo")
             assert await holder.aacquire()
             tasks = [asyncio.create_task(take(kit, "first here"))]
-            await asyncio.sleep(0.3)  # each asks well before the next comes
+            await _queued(kit, holder.full_key)  # each is in etcd's queue before the next asks
             tasks.append(asyncio.create_task(take(kit, "second here")))
-            await asyncio.sleep(0.3)
+            await _queued(kit, holder.full_key, 2)
             tasks.append(asyncio.create_task(take(other, "other kit")))
-            await asyncio.sleep(0.3)
+            await _queued(other, holder.full_key)
             await holder.arelease()
             await asyncio.wait_for(asyncio.gather(*tasks), 20)
             return order
@@ -272,26 +278,18 @@ def test_a_line_whose_first_lost_its_queue_entry_is_still_served_in_order(
             lines = backend.aio().lines
             full_key = holder.full_key
 
-            async def queued(count: int) -> None:
-                while True:
-                    line = lines.get(full_key)
-                    places = list(line.places) if line is not None else []
-                    if len(places) == count and all(p.waiter.queued_at for p in places):
-                        return
-                    await asyncio.sleep(0.01)
-
             tasks = [asyncio.create_task(take(0))]
-            await queued(1)
+            await _queued(kit, full_key)
             first = lines[full_key].places[0].waiter
             first_at = first.queued_at
             lease = backend.queue._lease
             assert lease is not None
             etcd_request(etcd_server.port(), "lease/revoke", {"ID": lease.id})
             tasks += [asyncio.create_task(take(1)), asyncio.create_task(take(2))]
-            await queued(3)
+            await _queued(kit, full_key, 3)
             while first.queued_at == first_at:  # its next look finds its entry gone
                 await asyncio.sleep(0.01)
-            await queued(3)
+            await _queued(kit, full_key, 3)
             await holder.arelease()
             await asyncio.wait_for(asyncio.gather(*tasks), 20)
             return order

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from holders import Holder
+from holders import START_WITHIN, Holder
 
 from lockkit_core import LockKit
 from lockkit_core.testing import PostgresServer
@@ -44,6 +44,17 @@ def _sessions(server: PostgresServer) -> dict[str, int]:
     for (event,) in rows:
         found["advisory" if event == "advisory" else "other"] += 1
     return found
+
+
+def _rooms_held(server: PostgresServer) -> int:
+    """How many waiting rooms lockkit's sessions hold (each held by its key's head waiter)."""
+    with psycopg.connect(server.url, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_locks JOIN pg_stat_activity USING (pid) "
+            "WHERE locktype = 'advisory' AND granted AND application_name = 'lockkit'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def _until(check: object, seconds: float = 5.0) -> None:
@@ -98,7 +109,9 @@ def test_a_killed_waiter_at_the_head_blocks_nobody(
     other = LockKit(postgres_server.url, namespace=namespace, ttl=30)
     got: list[float] = []
     try:
-        time.sleep(1.0)  # the process is up and waiting at the head of the room
+        # The process is up and waiting at the head: it holds the key's room (an interpreter
+        # start on a loaded machine can take far longer than any fixed sleep).
+        _until(lambda: _rooms_held(postgres_server) == 1, START_WITHIN)
         waiting = threading.Thread(
             target=lambda: (
                 got.append(time.monotonic()) if other.lock("k").acquire(timeout=15) else None
@@ -108,7 +121,8 @@ def test_a_killed_waiter_at_the_head_blocks_nobody(
         _until(lambda: _sessions(postgres_server)["advisory"] >= 1)  # queued behind the head
         head.signal(signal.SIGKILL)
         head.proc.wait(5)
-        time.sleep(0.3)
+        # The server ended the killed head's session and the room passed to the waiter.
+        _until(lambda: _sessions(postgres_server)["advisory"] == 0)
         held.release()
         released = time.monotonic()
         waiting.join(15)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from place_queues import waiting_for_places
+from polling import wait_until
 from redis.cluster import ClusterNode, RedisCluster
 
 from lockkit_core import BackendUnavailable, ConfigError, LockKit
@@ -200,7 +202,7 @@ def test_read_write_locks_and_semaphores_hand_over_on_the_cluster(
 
         writer = threading.Thread(target=write)
         writer.start()
-        time.sleep(0.3)  # the writer queues behind the reader
+        wait_until(lambda: waiting_for_places(a, "doc") == 1)  # the writer, behind the reader
         released = time.monotonic()
         reading.release()
         writer.join(20)

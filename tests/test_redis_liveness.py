@@ -85,7 +85,9 @@ def test_a_waiter_with_a_short_ttl_is_handed_a_long_lease(
     waiter.join(15)
     assert waiter.result is True
     assert waiter.at is not None
-    assert waiter.at - released < 0.3, f"handed over {waiter.at - released:.3f} s late"
+    # Handed over on the release, not after the holder's lease (6 s): a hand-over takes
+    # milliseconds, the rest is the waiter's thread being scheduled on a loaded machine.
+    assert waiter.at - released < 1.0, f"handed over {waiter.at - released:.3f} s late"
 
 
 def test_a_killed_waiter_does_not_hold_up_the_next_one(

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from holders import Holder
 from many_kits import kits_on
+from place_queues import waiting_for_places
 from polling import wait_until
 
 from lockkit_core import LockKit, LockLost, LockTimeout
@@ -117,10 +118,11 @@ def test_a_reader_behind_a_waiting_writer_waits_its_turn(kits: list[LockKit]) ->
 
     w = threading.Thread(target=write)
     w.start()
-    time.sleep(0.2)  # the writer queues behind the reader
+    wait_until(lambda: waiting_for_places(first, "doc") == 1)  # the writer, behind the reader
     r = threading.Thread(target=read_late)
     r.start()
-    time.sleep(0.2)
+    # The late reader queues behind the writer (or, wrongly, passes it: then the assert says so).
+    wait_until(lambda: order != [] or waiting_for_places(first, "doc") == 2)
     assert order == [], "the late reader must not pass the queued writer"
     reading.release()
     w.join(10)
@@ -145,13 +147,13 @@ def test_a_semaphore_admits_at_most_its_limit_in_arrival_order(kits: list[LockKi
             wait_until(lambda: len(order) == 2)
 
     threads = [threading.Thread(target=wait_place, args=(i,)) for i in range(2)]
-    for t in threads:
+    for queued, t in enumerate(threads, 1):
         t.start()
-        time.sleep(0.15)  # each queues before the next
+        wait_until(lambda n=queued: waiting_for_places(kits[0], "jobs", "slot", 2) == n)
     assert order == []
     held[1].release()
     wait_until(lambda: order == [0])
-    time.sleep(0.1)
+    time.sleep(0.1)  # a while for a wrong second admission to show (load only hides it)
     assert order == [0], "one place came free: only the first waiter gets it"
     held[0].release()
     for t in threads:

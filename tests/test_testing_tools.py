@@ -163,6 +163,17 @@ def test_reset_sends_rst_and_new_connections_work(echo_server: int) -> None:
             assert _roundtrip(again, b"d") == b"d"
 
 
+def _timed_roundtrips(sock: socket.socket, data: bytes, times: int = 3) -> list[float]:
+    """How long each of ``times`` round trips of ``data`` took (best of three: a loaded
+    machine stretches single ones)."""
+    took = []
+    for _ in range(times):
+        start = time.monotonic()
+        assert _roundtrip(sock, data) == data
+        took.append(time.monotonic() - start)
+    return took
+
+
 def test_delay_applies_to_each_direction(echo_server: int) -> None:
     with (
         TcpProxy("127.0.0.1", echo_server) as proxy,
@@ -170,13 +181,12 @@ def test_delay_applies_to_each_direction(echo_server: int) -> None:
     ):
         assert _roundtrip(sock, b"warm") == b"warm"
         proxy.set_delay(0.1)
-        start = time.monotonic()
-        assert _roundtrip(sock, b"slow") == b"slow"
-        assert 0.2 <= time.monotonic() - start < 0.5
+        slow = _timed_roundtrips(sock, b"slow")
+        # Load only adds: every round trip has both delays, the quickest no more than them.
+        assert min(slow) >= 0.2 and min(slow) < 0.5, slow
         proxy.set_delay(0)
-        start = time.monotonic()
-        assert _roundtrip(sock, b"fast") == b"fast"
-        assert time.monotonic() - start < 0.1
+        fast = _timed_roundtrips(sock, b"fast")
+        assert min(fast) < 0.1, fast
         with pytest.raises(ValueError):
             proxy.set_delay(-1)
 

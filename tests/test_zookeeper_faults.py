@@ -12,6 +12,7 @@ from typing import TypeVar
 
 import pytest
 from holders import Holder
+from polling import wait_until
 
 from lockkit_core import BackendUnavailable, Lock, LockKit, LockLost, LockNotOwned
 from lockkit_core.backends.base import owner_id
@@ -204,8 +205,8 @@ def test_a_retry_after_a_lost_create_reply_finds_its_node(
         assert grant.token == stat.czxid
         assert client.get_children(parent) == [path.rpartition("/")[2]]
         assert backend.release(key, owner)
-        time.sleep(0.2)  # the empty parent's removal is not waited for
-        assert client.exists(parent) is None, "a free key left its parent behind"
+        # The empty parent's removal is not waited for by the release: wait for it here.
+        wait_until(lambda: client.exists(parent) is None)  # else a free key left it behind
 
 
 @pytest.mark.fault("lost-reply", "freed")
@@ -266,7 +267,10 @@ def test_a_paused_server_makes_acquire_fail_within_its_socket_timeout(
             start = time.monotonic()
             with pytest.raises(BackendUnavailable):
                 kit.lock("x").acquire(timeout=30)
-            assert time.monotonic() - start < 1.5
+            # Within the 0.5 s socket timeout (the docs' bound), not the caller's 30 s: 2 s
+            # more for a loaded machine (one run under two CPU burners took over 1.5 s).
+            took = time.monotonic() - start
+            assert took < 0.5 + 2.0, f"took {took:.2f} s with a 0.5 s socket timeout"
         finally:
             zookeeper_server.resume()
 

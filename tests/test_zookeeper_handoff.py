@@ -73,14 +73,19 @@ def _queued(kit: LockKit, key: str) -> int:
     return len(backend.session.run(backend.tree.children(f"{kit.namespace}:{key}")))
 
 
-def _watches_set(server: ZooKeeperServer, kit: LockKit, key: str) -> None:
-    """Wait until every node but the last in ``key``'s queue is watched (by the one behind)."""
+def _all_watched(server: ZooKeeperServer, kit: LockKit, key: str) -> Callable[[], bool]:
+    """A check: is every node but the last now in ``key``'s queue watched (by the one behind)?"""
     backend = kit.backend
     assert isinstance(backend, ZooKeeperBackend)
     full = f"{kit.namespace}:{key}"
     parent = backend.tree.parent(full)
     ahead = {f"{parent}/{name}" for name in backend.session.run(backend.tree.children(full))[:-1]}
-    wait_until(lambda: ahead <= set(four_letter(server.port, "wchp").split()))
+    return lambda: ahead <= set(four_letter(server.port, "wchp").split())
+
+
+def _watches_set(server: ZooKeeperServer, kit: LockKit, key: str) -> None:
+    """Wait until every node but the last in ``key``'s queue is watched (by the one behind)."""
+    wait_until(_all_watched(server, kit, key))
 
 
 class _Contender:
@@ -136,14 +141,17 @@ def test_a_release_hands_off_with_no_request_and_wakes_nobody_else(
         held.release()
         assert first.holding.wait(10)
         assert not by_first, f"the next waiter asked the server before holding: {by_first}"
-        time.sleep(0.3)  # the first's claim reaches the server and fires the second's watch
+        wait_until(lambda: by_first["set_async"] >= 1)  # the first's claim, sent a moment later
+        time.sleep(0.3)  # it reaches the server and fires the second's watch: a wrong wake-up
+        # of the second, or a second request of the first, would show by now
         assert by_first == Counter(set_async=1), "the next waiter asked the server again"
         assert not by_second, f"the claim ahead woke the waiter behind it: {by_second}"
         assert not second.holding.is_set()
         first.go.set()
         assert second.holding.wait(10)
         assert not by_second, f"the last waiter asked the server before holding: {by_second}"
-        time.sleep(0.3)
+        wait_until(lambda: by_second["set_async"] >= 1)  # its claim
+        time.sleep(0.3)  # any request more would show by now
         assert by_second == Counter(set_async=1)
     finally:
         first.finish()
@@ -205,7 +213,9 @@ def test_a_holder_that_stops_renewing_is_removed_when_its_lease_ends(
         third.finish()
 
 
-def test_an_asyncio_hand_over_in_one_process_is_one_request(kits: list[LockKit]) -> None:
+def test_an_asyncio_hand_over_in_one_process_is_one_request(
+    kits: list[LockKit], zookeeper_server: ZooKeeperServer
+) -> None:
     # Twenty tasks of one kit queue on one key; the lock then passes down the queue, each
     # task releasing as soon as it holds it. A hand-over is the release alone: the next task
     # takes the lock on its watch (no read of its turn), and the release does not ask whether
@@ -227,7 +237,10 @@ def test_an_asyncio_hand_over_in_one_process_is_one_request(kits: list[LockKit])
         while _queued(kit, "drain") < waiters + 1:
             assert time.monotonic() < deadline, "the tasks did not all queue"
             await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)  # each task's watch on the node ahead is set
+        watched = _all_watched(zookeeper_server, kit, "drain")
+        while not watched():  # each task's watch on the node ahead is set
+            assert time.monotonic() < deadline, "the tasks did not all watch the node ahead"
+            await asyncio.sleep(0.05)
         sent = _count_requests(kit)
         await holder.arelease()
         await asyncio.gather(*tasks)

@@ -12,6 +12,8 @@ from typing import cast
 
 import pytest
 from many_kits import kits_on
+from place_queues import waiting_for_places
+from polling import wait_until
 
 from lockkit_core import ConfigError, LockKit, LockTimeout, NotSupported
 from lockkit_core.backends.zookeeper.backend import ZooKeeperBackend
@@ -67,10 +69,11 @@ def test_a_reader_behind_a_waiting_writer_waits_its_turn(kits: list[LockKit]) ->
 
     w = threading.Thread(target=write)
     w.start()
-    time.sleep(0.2)  # the writer queues behind the first reader
+    wait_until(lambda: waiting_for_places(first, "doc") == 1)  # the writer, behind the reader
     r = threading.Thread(target=read_late)
     r.start()
-    time.sleep(0.2)
+    # The late reader queues behind the writer (or, wrongly, passes it: then the assert says so).
+    wait_until(lambda: order != [] or waiting_for_places(first, "doc") == 2)
     assert order == [], "the late reader must not slip past the queued writer"
     first_read.release()
     w.join(10)
@@ -130,9 +133,9 @@ def test_a_semaphore_admits_at_most_its_limit_in_arrival_order(kits: list[LockKi
                 holding -= 1
 
     threads = [threading.Thread(target=wait_place, args=(i,)) for i in range(3)]
-    for t in threads:
+    for queued, t in enumerate(threads, 1):
         t.start()
-        time.sleep(0.15)  # each queues before the next
+        wait_until(lambda n=queued: waiting_for_places(kits[5], "exports", "slot", limit) == n)
     assert order == []
     holders[0].release()
     deadline = time.monotonic() + 5
@@ -181,10 +184,11 @@ def test_a_semaphore_release_wakes_the_waiter_it_lets_in_not_the_whole_queue(
             done.wait(20)
 
     threads = [threading.Thread(target=wait_place, args=(i,)) for i in range(1, 6)]
-    for t in threads:
-        t.start()
-        time.sleep(0.1)
-    time.sleep(0.3)  # every waiter is queued and watching
+    for queued, t in enumerate(threads, 1):
+        t.start()  # queued in this order, so the first is the one let in
+        wait_until(lambda n=queued: waiting_for_places(kits[0], "one", "slot", 1) == n)
+    # Their nodes are in; their watches follow each one's listing, which no store state shows.
+    time.sleep(0.3)
     backends = [cast(ZooKeeperBackend, kit.backend) for kit in kits]
     before = sum(b.place_wakeups for b in backends)
     holder.release()

@@ -27,16 +27,23 @@ class LeaseContract(ContractBase):
     def test_ttl_expiry_lets_another_kit_take_over(self, make_kit: KitFactory) -> None:
         a, b = make_kit(), make_kit()
         self.require(a, Capability.TTL)
+        # Both kits talk to the store once first: a new connection (and a table made on first
+        # use) took up to 0.8 s on a loaded machine, which is no part of the lease's expiry.
+        assert a.admin.info("lease") is None and b.admin.info("lease") is None
         first = a.lock("lease", ttl=0.3, auto_renew=False)
         before = time.monotonic()
         assert first.acquire()
+        granted = time.monotonic()  # the store stamped the lease before it answered
         second = b.lock("lease", timeout=3)
         assert second.acquire() is True
         taken = time.monotonic()
         # Safety: nobody gets the key while the first holder may still trust its lease.
         assert taken >= before + validity(0.3)
         assert first.lost, "the old holder must already know when someone else has it"
-        assert taken - before < 0.3 + 0.3, f"took {taken - before:.3f} s to expire a 0.3 s ttl"
+        # Liveness: the lease ends at most 0.3 s after the grant came back; the taker sees it
+        # within a poll, a notice or a watch, plus what a loaded machine adds.
+        late = taken - granted - 0.3
+        assert late < 0.5, f"taken {late:.3f} s after a 0.3 s lease ran out"
         if Capability.FENCING in a.backend.capabilities:
             assert first.token is not None and second.token is not None
             assert second.token > first.token
@@ -105,10 +112,11 @@ class LeaseContract(ContractBase):
         a, b = make_kit(), make_kit()
         self.require(a, Capability.TTL)
         lost = Recorder()
-        # Renewed every 0.2 s, lost after two missed renewals and then some: a loaded
-        # machine's late watchdog tick does not lose it (at 0.3 s, one did); 2.5 leases long.
-        with a.lock("renewed", ttl=0.6, auto_renew=True, on_lost=lost) as held:
-            end = time.monotonic() + 1.5
+        # Renewed every 0.25-0.33 s, lost only if no renewal lands for 1 s: a loaded machine's
+        # late watchdog tick does not lose it (with 0.3 s, then 0.6 s, one did, on ZooKeeper
+        # under two CPU burners); held 2.2 leases, so only renewals can keep it.
+        with a.lock("renewed", ttl=1.0, auto_renew=True, on_lost=lost) as held:
+            end = time.monotonic() + 2.2
             while time.monotonic() < end:
                 assert b.lock("renewed").acquire(blocking=False) is False
                 held.check()
