@@ -1,19 +1,18 @@
 """Fixtures of the Redis fault tests (tests/test_redis_faults.py: holders and the server;
-tests/test_redis_link_faults.py: the link through a proxy): a namespace per test, a kit straight
-to the session's server with short socket timeouts, and an ``on_lost`` recorder."""
+tests/test_redis_link_faults.py: the link through a proxy): a namespace per test, and a kit
+straight to the session's server with short socket timeouts."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from lockkit_core import Lock, LockKit
+from lockkit_core import LockKit
 from lockkit_core.testing import RedisServer
 
-__all__ = ["FAST", "Lost"]
+__all__ = ["FAST"]
 
 #: socket and connect timeouts short enough for a fault to show within a test
 FAST = "?socket_timeout=1&socket_connect_timeout=1"
@@ -30,15 +29,3 @@ def direct(redis_server: RedisServer, namespace: str) -> Iterator[LockKit]:
     kit = LockKit(redis_server.url + FAST, namespace=namespace, ttl=5)
     yield kit
     kit.close()
-
-
-class Lost:
-    """An ``on_lost`` callback that counts its calls and sets :attr:`event` on the first."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.calls = 0
-
-    def __call__(self, lock: Lock) -> None:
-        self.calls += 1
-        self.event.set()

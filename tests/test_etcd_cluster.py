@@ -10,8 +10,9 @@ import time
 import uuid
 
 import pytest
+from lost_calls import LostCalls
 
-from lockkit_core import BackendUnavailable, Lock, LockKit, LockLost
+from lockkit_core import BackendUnavailable, LockKit, LockLost
 from lockkit_core.backends.etcd.layout import prefix_end, queue_prefix
 from lockkit_core.testing.etcd import EtcdCluster, etcd_request
 
@@ -20,20 +21,12 @@ pytestmark = [pytest.mark.etcd, pytest.mark.slow]
 OPTS = "?socket_timeout=1&connect_timeout=0.5"
 
 
-class _Lost:
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, lock: Lock) -> None:
-        self.calls += 1
-
-
 def test_leader_killed_under_held_and_contended_locks(etcd_cluster: EtcdCluster) -> None:
     namespace = f"cl{uuid.uuid4().hex[:10]}"
     url = etcd_cluster.url + OPTS
     kits = [LockKit(url, namespace=namespace) for _ in range(4)]
     holder_kit = LockKit(url, namespace=namespace)
-    lost = _Lost()
+    lost = LostCalls()
     guard = threading.Lock()
     inside = 0
     overlaps = 0

@@ -16,9 +16,10 @@ from holders import (
     check_sigkilled_holder_frees_the_key_within_its_ttl,
     check_sigstopped_holder_loses_the_lock_and_finds_out_on_resume,
 )
+from lost_calls import LostCalls
 from stopped_store import assert_every_attempt_refused
 
-from lockkit_core import BackendUnavailable, Lock, LockKit, LockLost
+from lockkit_core import BackendUnavailable, LockKit, LockLost
 from lockkit_core.backends.etcd import EtcdBackend
 from lockkit_core.testing import TcpProxy
 from lockkit_core.testing.etcd import EtcdServer, etcd_request
@@ -52,16 +53,6 @@ def direct(own_server: EtcdServer, namespace: str) -> Iterator[LockKit]:
     kit = LockKit(own_server.url + FAST, namespace=namespace, ttl=5)
     yield kit
     kit.close()
-
-
-class _Lost:
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.calls = 0
-
-    def __call__(self, lock: Lock) -> None:
-        self.calls += 1
-        self.event.set()
 
 
 def _leases(server: EtcdServer) -> set[int]:
@@ -103,7 +94,7 @@ def test_lease_expiry_while_held_gives_lock_lost(own_server: EtcdServer, namespa
     the server too: it is told before anyone else could take over, and the record is gone."""
     with TcpProxy("127.0.0.1", own_server.port()) as proxy:
         far = _far(proxy, namespace, 0.3)
-        lost = _Lost()
+        lost = LostCalls()
         try:
             held = far.lock("exp", ttl=1.0, auto_renew=True, on_lost=lost)
             assert held.acquire()
@@ -134,7 +125,7 @@ def test_lease_expiry_while_held_gives_lock_lost(own_server: EtcdServer, namespa
 def test_revoked_lease_under_a_holder_gives_lock_lost(
     own_server: EtcdServer, direct: LockKit
 ) -> None:
-    lost = _Lost()
+    lost = LostCalls()
     held = direct.lock("rv", ttl=0.6, auto_renew=True, on_lost=lost)
     assert held.acquire()
     backend = direct.backend
@@ -180,7 +171,7 @@ def test_server_restart_while_held_keeps_the_lock_and_the_tokens_rising(
     its lock, nobody else gets it meanwhile, and later tokens are higher."""
     kit = LockKit(own_server.url + FAST, namespace=namespace)
     other = LockKit(own_server.url + FAST, namespace=namespace)
-    lost = _Lost()
+    lost = LostCalls()
     try:
         held = kit.lock("r", ttl=6.0, auto_renew=True, on_lost=lost)
         assert held.acquire()

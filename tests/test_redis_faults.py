@@ -13,7 +13,8 @@ from holders import (
     check_sigkilled_holder_frees_the_key_within_its_ttl,
     check_sigstopped_holder_loses_the_lock_and_finds_out_on_resume,
 )
-from redis_fault_fixtures import FAST, Lost
+from lost_calls import LostCalls
+from redis_fault_fixtures import FAST
 
 from lockkit_core import BackendUnavailable, LockKit, LockLost
 from lockkit_core.testing import RedisServer, free_port
@@ -57,7 +58,7 @@ def test_restarted_server_means_lost_lock_then_service_resumes(
     kit = LockKit(
         own_server.url + "?socket_timeout=0.5&socket_connect_timeout=0.5", namespace=namespace
     )
-    lost = Lost()
+    lost = LostCalls()
     try:
         held = kit.lock("job", ttl=1.0, auto_renew=True, on_lost=lost)
         assert held.acquire()

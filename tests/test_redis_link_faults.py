@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 from holders import check_no_ghost_holds_the_key
-from redis_fault_fixtures import Lost
+from lost_calls import LostCalls
 
 from lockkit_core import BackendUnavailable, LockKit, LockLost, LockTimeout
 from lockkit_core.backends.base import owner_hint
@@ -39,7 +39,7 @@ def test_partitioned_holder_knows_it_lost_before_anyone_else_takes_over(
     proxy: TcpProxy, direct: LockKit, namespace: str
 ) -> None:
     far = _far(proxy, namespace, 0.3)
-    lost = Lost()
+    lost = LostCalls()
     stop = threading.Event()
     try:
         held = far.lock("p", ttl=1.0, auto_renew=True, on_lost=lost)

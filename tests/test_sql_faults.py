@@ -21,6 +21,7 @@ from holders import (
     check_sigkilled_holder_frees_the_key_within_its_ttl,
     check_sigstopped_holder_loses_the_lock_and_finds_out_on_resume,
 )
+from lost_calls import LostCalls
 from stopped_store import assert_every_attempt_refused
 
 from lockkit_core import Lock, LockKit
@@ -125,14 +126,6 @@ def direct(own_server: Server, namespace: str) -> Iterator[LockKit]:
     kit.close()
 
 
-class _Lost:
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, lock: Lock) -> None:
-        self.calls += 1
-
-
 @dataclass
 class _Held:
     """A renewed lock taken on a kit of its own, and its on_lost count."""
@@ -140,7 +133,7 @@ class _Held:
     kit: LockKit
     lock: Lock
     token: int
-    lost: _Lost
+    lost: LostCalls
 
 
 @pytest.fixture
@@ -151,7 +144,7 @@ def hold(own_server: Server, namespace: str) -> Iterator[Callable[[str, float], 
     def take(key: str, ttl: float) -> _Held:
         kit = LockKit(_url(own_server), namespace=namespace)
         kits.append(kit)
-        lost = _Lost()
+        lost = LostCalls()
         lock = kit.lock(key, ttl=ttl, auto_renew=True, on_lost=lost)
         assert lock.acquire()
         assert lock.token is not None
