@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from async_support import leftovers
+from polling import await_until
 
 from lockkit_core import LockKit
 from lockkit_core.backends.base import Grant
@@ -33,14 +34,13 @@ async def _queued(on: LockKit, full_key: str, count: int = 1, within: float = 10
     """Return once ``count`` waiters of ``on``'s line for ``full_key`` have their places in
     etcd's queue (the attempt that queued each was answered)."""
     lines = on.backend.aio().lines  # type: ignore[attr-defined]
-    deadline = time.monotonic() + within
-    while True:
+
+    def queued() -> bool:
         line = lines.get(full_key)
         places = list(line.places) if line is not None else []
-        if len(places) == count and all(p.waiter.queued_at is not None for p in places):
-            return
-        assert time.monotonic() < deadline, f"{count} waiter(s) not queued after {within:g} s"
-        await asyncio.sleep(0.01)
+        return len(places) == count and all(p.waiter.queued_at is not None for p in places)
+
+    await await_until(queued, within)
 
 
 async def _queue_and_drain(

@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from holders import START_WITHIN, Holder
+from polling import wait_until
 
 from lockkit_core import LockKit
 from lockkit_core.testing import PostgresServer
@@ -57,14 +58,6 @@ def _rooms_held(server: PostgresServer) -> int:
     return int(row[0])
 
 
-def _until(check: object, seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.02)
-
-
 def test_waiters_queue_on_the_server_and_each_release_reaches_one(
     postgres_server: PostgresServer, kit: LockKit, namespace: str
 ) -> None:
@@ -88,7 +81,7 @@ def test_waiters_queue_on_the_server_and_each_release_reaches_one(
         for thread in threads:
             thread.start()
         # four wait in the room's queue inside the server; one listens
-        _until(lambda: _sessions(postgres_server)["advisory"] == 4)
+        wait_until(lambda: _sessions(postgres_server)["advisory"] == 4, 5.0)
         holder.release()
         for thread in threads:
             thread.join(20)
@@ -111,18 +104,20 @@ def test_a_killed_waiter_at_the_head_blocks_nobody(
     try:
         # The process is up and waiting at the head: it holds the key's room (an interpreter
         # start on a loaded machine can take far longer than any fixed sleep).
-        _until(lambda: _rooms_held(postgres_server) == 1, START_WITHIN)
+        wait_until(lambda: _rooms_held(postgres_server) == 1, START_WITHIN)
         waiting = threading.Thread(
             target=lambda: (
                 got.append(time.monotonic()) if other.lock("k").acquire(timeout=15) else None
             )
         )
         waiting.start()
-        _until(lambda: _sessions(postgres_server)["advisory"] >= 1)  # queued behind the head
+        wait_until(
+            lambda: _sessions(postgres_server)["advisory"] >= 1, 5.0
+        )  # queued behind the head
         head.signal(signal.SIGKILL)
         head.proc.wait(5)
         # The server ended the killed head's session and the room passed to the waiter.
-        _until(lambda: _sessions(postgres_server)["advisory"] == 0)
+        wait_until(lambda: _sessions(postgres_server)["advisory"] == 0, 5.0)
         held.release()
         released = time.monotonic()
         waiting.join(15)

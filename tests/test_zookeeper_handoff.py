@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from many_kits import kits_on
-from polling import wait_until
+from polling import await_until, wait_until
 
 from lockkit_core import Lock, LockKit
 from lockkit_core.backends.zookeeper import ZooKeeperBackend
@@ -234,13 +234,10 @@ def test_an_asyncio_hand_over_in_one_process_is_one_request(
 
         tasks = [asyncio.create_task(waiter()) for _ in range(waiters)]
         deadline = time.monotonic() + 20
-        while _queued(kit, "drain") < waiters + 1:
-            assert time.monotonic() < deadline, "the tasks did not all queue"
-            await asyncio.sleep(0.05)
+        await await_until(lambda: _queued(kit, "drain") >= waiters + 1, 20)
+        # each task's watch on the node ahead is set
         watched = _all_watched(zookeeper_server, kit, "drain")
-        while not watched():  # each task's watch on the node ahead is set
-            assert time.monotonic() < deadline, "the tasks did not all watch the node ahead"
-            await asyncio.sleep(0.05)
+        await await_until(watched, deadline - time.monotonic())
         sent = _count_requests(kit)
         await holder.arelease()
         await asyncio.gather(*tasks)
