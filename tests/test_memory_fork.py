@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
+from forking import in_child
 from polling import wait_until
 
 from lockkit_core import LockKit
@@ -31,31 +30,6 @@ def kit() -> Iterator[LockKit]:
     kit = LockKit(f"memory://fork-{uuid.uuid4().hex[:12]}", ttl=30.0, auto_renew=False)
     yield kit
     kit.close()
-
-
-def _run_in_child(body: Callable[[], bool]) -> str | None:
-    """Fork; the child runs ``body`` and exits 0 if it returned True. None if it did, else
-    what went wrong (a child that hangs is killed after CHILD_LIMIT seconds)."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        code = 1
-        try:
-            code = 0 if body() else 2
-        finally:
-            os._exit(code)
-    deadline = time.monotonic() + CHILD_LIMIT
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return (
-                None
-                if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-                else (f"child exited with status {status}")
-            )
-        time.sleep(0.005)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    return f"child hung for {CHILD_LIMIT} s"
 
 
 def test_a_child_forked_while_another_thread_uses_the_store_can_lock(kit: LockKit) -> None:
@@ -75,14 +49,11 @@ def test_a_child_forked_while_another_thread_uses_the_store_can_lock(kit: LockKi
         def child() -> bool:
             return kit.lock("in-child").acquire(timeout=1.0)
 
-        forks, failure = 0, None
-        while failure is None and forks < FORKS:  # one failure is enough: a hang costs seconds
-            forks += 1
-            failure = _run_in_child(child)
+        for forks in range(1, FORKS + 1):  # the first failure ends it: a hang costs seconds
+            assert in_child(child, "os.fork", within=CHILD_LIMIT), f"child {forks} of {FORKS}"
     finally:
         stop.set()
         thread.join(5)
-    assert failure is None, f"child {forks} of {FORKS}: {failure}"
 
 
 def test_a_parents_queued_waiter_does_not_block_the_child(kit: LockKit) -> None:
@@ -105,7 +76,6 @@ def test_a_parents_queued_waiter_does_not_block_the_child(kit: LockKit) -> None:
             # The parent's waiter, first in line, does not exist here.
             return kit.lock("queued").acquire(timeout=2.0)
 
-        failure = _run_in_child(child)
+        assert in_child(child, "os.fork", within=CHILD_LIMIT)
     finally:
         waiter.join(5)
-    assert failure is None, failure
