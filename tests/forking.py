@@ -151,12 +151,12 @@ def _sleepers() -> dict[str, list[str]] | None:
     counts = {}
     for task in fresh.other_threads():
         where = Path("/proc/self/task", task)
-        try:
-            stat, status = (where / "stat").read_text(), (where / "status").read_text()
-        except FileNotFoundError:  # it exited meanwhile
+        fields = fresh.stat_fields(where)
+        if fields is None or fields[0] != "S":  # exited meanwhile, or not asleep
             return None
-        state = stat.rsplit(")", 1)[1].split()[0]  # the field after the (command name)
-        if state != "S":
+        try:
+            status = (where / "status").read_text()
+        except FileNotFoundError:  # it exited meanwhile
             return None
         counts[task] = [line for line in status.splitlines() if "ctxt_switches" in line]
     return counts

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["TIMEOUT", "inside", "main", "other_threads", "run"]
+__all__ = ["TIMEOUT", "inside", "main", "other_threads", "run", "stat_fields"]
 
 #: seconds a case may take, its forked children included
 TIMEOUT = 60.0
@@ -92,14 +92,22 @@ def _group(pgid: int) -> list[int]:
     only its leader)."""
     members = []
     for entry in filter(str.isdigit, os.listdir("/proc") if os.path.isdir("/proc") else []):
-        try:
-            stat = Path("/proc", entry, "stat").read_text()
-        except OSError:  # it exited meanwhile
+        fields = stat_fields(Path("/proc", entry))
+        if fields is None:  # it exited meanwhile
             continue
-        fields = stat.rsplit(")", 1)[1].split()  # after the (command name)
         if int(fields[2]) == pgid:
             members.append((int(fields[19]), int(entry)))  # starttime, pid
     return [pid for _, pid in sorted(members)] or [pgid]
+
+
+def stat_fields(where: Path) -> list[str] | None:
+    """The fields of ``where/stat`` (a process's or a thread's, Linux's /proc) after its
+    command name, the state first; None if it is gone."""
+    try:
+        stat = (where / "stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()  # the name, in parentheses, may hold anything
 
 
 def inside() -> bool:
