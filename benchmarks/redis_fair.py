@@ -128,9 +128,9 @@ class Layout:
 
     pinning: Pinning
     orders: list[list[int]]
-    rates: dict[str, list[float]]
-    server_us: dict[str, list[float]]
-    switched: dict[str, list[float]]
+    rates: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    server_us: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    switched: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
     @property
     def fifo(self) -> float:
@@ -171,20 +171,19 @@ def _measure(pinning: Pinning, args: argparse.Namespace, settings: Settings) -> 
             server.reset()
             return server.url
 
-        found = Layout(pinning, orders, {}, {}, {})
-        for name in _NAMES:
-            found.rates[name], found.server_us[name], found.switched[name] = [], [], []
+        found = Layout(pinning, orders)
         for repeat in range(args.repeats):
             for name in _NAMES if repeat % 2 == 0 else _NAMES[::-1]:
                 ran = cpu_ns(server.pid) if server.pid is not None else 0
                 (row,) = scenarios.contention([name], fresh, settings, pinning.client_cpu)
                 if "error" in row:
                     raise RuntimeError(f"{name}: {row['error']}")
-                found.rates[name].append(float(row["per_second"]))
-                found.switched[name].append(100.0 * float(row["handoff_share"]))
+                found.rates.setdefault(name, []).append(float(row["per_second"]))
+                found.switched.setdefault(name, []).append(100.0 * float(row["handoff_share"]))
                 if server.pid is not None:
                     ran = cpu_ns(server.pid) - ran
-                    found.server_us[name].append(ran / 1000.0 / max(1, int(row["sections"])))
+                    per_section = ran / 1000.0 / max(1, int(row["sections"]))
+                    found.server_us.setdefault(name, []).append(per_section)
     _unpin()
     return found
 
@@ -198,7 +197,7 @@ def _report(found: Layout) -> None:
         print(
             f"    {name:<18} sections/s median {statistics.median(found.rates[name]):>7,.0f}"
             f"  ({shown}); redis-server CPU per section "
-            f"{statistics.median(found.server_us[name] or [0.0]):.0f} µs; next section in "
+            f"{statistics.median(found.server_us.get(name) or [0.0]):.0f} µs; next section in "
             f"another process {statistics.median(found.switched[name]):.0f} %"
         )
     met = found.fifo == 100.0 and found.ratio >= 0.9
@@ -219,8 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     wanted = [name.strip() for name in args.layouts.split(",") if name.strip()]
-    chosen = [pinning for pinning in layouts() if pinning.name in wanted]
-    unknown = set(wanted) - {pinning.name for pinning in layouts()}
+    available = layouts()
+    chosen = [pinning for pinning in available if pinning.name in wanted]
+    unknown = set(wanted) - {pinning.name for pinning in available}
     if unknown or not chosen:
         parser.error(f"--layouts: unknown {sorted(unknown)}; choose from same, split, free")
     settings = dataclasses.replace(
