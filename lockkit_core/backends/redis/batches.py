@@ -58,7 +58,7 @@ class RunBatches:
             # One task, one call: the command is packed here as text (see _send), not
             # through the general script call's layers.
             reply = self._send(
-                self._runs(3), "start a run on", run,
+                self._cached("runs", 3), "start a run on", run,
                 (run_lock, run_lock + ":q", PREFIX + key + "}", "begin", run_id, str(ms),
                  backend._holder_here, str(backend._floor), owner),
             )  # fmt: skip
@@ -147,15 +147,11 @@ class RunBatches:
             keys += (lock, lock + ":q")
             args.append(owner)
         first = releases[0][0] if releases else marker[0] if marker else ""
-        reply = self._send(self._runs(len(keys)), "end a run on", first, (*keys, *args),
+        reply = self._send(self._cached("runs", len(keys)), "end a run on", first, (*keys, *args),
                            retry=False)  # fmt: skip
         if reply is None or (reply and reply[0] == _QUEUED):
             return None
         return [answer == 1 for answer in reply]
-
-    def _runs(self, numkeys: int) -> Script:
-        """``lua/runs.lua`` called with ``numkeys`` keys."""
-        return self._cached("runs", numkeys)
 
     def _cached(self, name: str, numkeys: int) -> Script:
         """``lua/<name>.lua`` called with ``numkeys`` keys, made once."""
