@@ -60,22 +60,23 @@ def test_a_parents_queued_waiter_does_not_block_the_child(kit: LockKit) -> None:
     backend = kit.backend
     key = kit.lock("queued").full_key
     holder = secrets.token_hex(16)
-    assert backend.try_acquire(key, holder, 0.5).acquired  # lapses soon in both processes
-    queued = threading.Event()
+    # Held until the test lets go, so the parent's waiter is still queued at the fork (a
+    # short lease could run out first under load, and hand the key to that waiter).
+    assert backend.try_acquire(key, holder, 30.0).acquired
     waiter = threading.Thread(
-        target=lambda: (queued.set(), kit.lock("queued", fair=True).acquire(timeout=3.0))
+        target=lambda: kit.lock("queued", fair=True).acquire(timeout=10.0), daemon=True
     )
     waiter.start()
     try:
-        assert queued.wait(5)
-        # It joins the queue behind the holder (or the holder's 0.5 s ran out first, on a
-        # loaded machine: then the child has no queue to inherit, and passes either way).
-        wait_until(lambda: (info := kit.admin.info("queued")) is None or info.waiters == 1)
+        wait_until(lambda: (info := kit.admin.info("queued")) is not None and info.waiters == 1)
 
         def child() -> bool:
-            # The parent's waiter, first in line, does not exist here.
+            # The holder's lease runs out here (soon, and unreleased, so the queue stays); the
+            # parent's waiter, first in that queue, does not exist here.
+            assert backend.extend(key, holder, 0.01)
             return kit.lock("queued").acquire(timeout=2.0)
 
         assert in_child(child, "os.fork", within=CHILD_LIMIT)
     finally:
+        backend.release(key, holder)  # the parent's waiter takes it and returns
         waiter.join(5)
