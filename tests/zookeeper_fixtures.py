@@ -22,7 +22,7 @@ def zookeeper_server() -> Iterator[ZooKeeperServer]:
 @pytest.fixture(scope="session")
 def zookeeper_ensemble() -> Iterator[ZooKeeperEnsemble]:
     """Three ZooKeeper members on loopback for the whole session."""
-    ensemble = ZooKeeperEnsemble(3, tick_ms=100)
+    ensemble = ZooKeeperEnsemble(3, tick_ms=200)
     try:
         yield ensemble
     finally:
