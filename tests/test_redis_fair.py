@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis
 from holders import START_WITHIN, Holder
+from polling import await_until, wait_until
 
 from benchmarks.redis_monitor import CommandCounter
 from lockkit_core import LockKit
@@ -49,13 +50,6 @@ def kits(redis_server: RedisServer, namespace: str) -> Iterator[tuple[LockKit, L
     finally:
         first.close()
         second.close()
-
-
-def _wait_until(predicate: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition never became true"
-        time.sleep(0.005)
 
 
 def _queued(raw: redis.Redis, namespace: str, key: str) -> int:
@@ -120,7 +114,7 @@ def test_fair_processes_are_served_in_exact_arrival_order(
         try:
             for i, waiter in enumerate(waiters):
                 _go(waiter)
-                _wait_until(lambda n=i + 1: _queued(raw, namespace, "k") == n, timeout=START_WITHIN)
+                wait_until(lambda n=i + 1: _queued(raw, namespace, "k") == n, timeout=START_WITHIN)
             holder.release()
             tokens = []
             for i, waiter in enumerate(waiters):
@@ -146,7 +140,7 @@ def test_a_fair_waiter_that_finds_the_key_free_leaves_no_grant_behind(
     holder = other.lock("k", auto_renew=False)
     assert holder.acquire()
     first = _Thread(kit.lock("k", fair=True, timeout=5, auto_renew=False))
-    _wait_until(lambda: _queued(raw, namespace, "k") == 1)
+    wait_until(lambda: _queued(raw, namespace, "k") == 1)
     holder.release()
     first.join(5)
     assert first.result is True
@@ -172,7 +166,7 @@ def test_a_fair_hand_over_to_another_process_sends_no_notice_and_no_confirm(
     assert holder.acquire()
     _listening(waiting, "k")
     waiter = _Thread(waiting.lock("k", fair=True, timeout=10, auto_renew=False))
-    _wait_until(lambda: _queued(raw, namespace, "k") == 1)
+    wait_until(lambda: _queued(raw, namespace, "k") == 1)
     time.sleep(0.05)  # its read of the grant list is on its way
     with CommandCounter(redis_server.port) as seen:
         holder.release()
@@ -220,9 +214,9 @@ def test_a_fair_hand_over_and_a_fair_join_run_few_commands_in_the_server(
     assert holder.acquire()
     _listening(waiting, "k")
     first = _Holding(waiting.lock("k", fair=True, timeout=10, auto_renew=False))
-    _wait_until(lambda: _queued(raw, namespace, "k") == 1)
+    wait_until(lambda: _queued(raw, namespace, "k") == 1)
     second = _Holding(waiting.lock("k", fair=True, timeout=10, auto_renew=False))
-    _wait_until(lambda: _queued(raw, namespace, "k") == 2)
+    wait_until(lambda: _queued(raw, namespace, "k") == 2)
     third: _Holding | None = None
     try:
         time.sleep(0.05)  # their reads of their grant lists are on their way
@@ -236,7 +230,7 @@ def test_a_fair_hand_over_and_a_fair_join_run_few_commands_in_the_server(
         assert not second.got.is_set() and _queued(raw, namespace, "k") == 1
         with CommandCounter(redis_server.port) as seen:
             third = _Holding(waiting.lock("k", fair=True, timeout=10, auto_renew=False))
-            _wait_until(lambda: _queued(raw, namespace, "k") == 2)
+            wait_until(lambda: _queued(raw, namespace, "k") == 2)
         # was 11: a ZSCORE before the ZADD, and a PTTL and PEXPIRE each for Q and E
         assert len(seen.scripted) <= 9, seen.scripted
     finally:
@@ -260,11 +254,11 @@ def test_a_killed_fair_waiter_does_not_hold_up_the_next_one(
         dead = Holder(redis_server.url, namespace, "k", 10.0, True, place="fair")
         try:
             _go(dead)
-            _wait_until(lambda: _queued(raw, namespace, "k") == 1, timeout=START_WITHIN)
+            wait_until(lambda: _queued(raw, namespace, "k") == 1, timeout=START_WITHIN)
             dead.signal(signal.SIGKILL)
             dead.proc.wait(5)
             live = _Thread(kit.lock("k", fair=True, timeout=8))
-            _wait_until(lambda: _queued(raw, namespace, "k") == 2)
+            wait_until(lambda: _queued(raw, namespace, "k") == 2)
             holder.release()
             released = time.monotonic()
             live.join(10)
@@ -289,12 +283,12 @@ def test_a_killed_waiter_is_skipped_while_a_pattern_subscriber_listens(
         try:
             if place:
                 _go(dead)
-            _wait_until(lambda: _queued(raw, namespace, "k") == 1, timeout=START_WITHIN)
+            wait_until(lambda: _queued(raw, namespace, "k") == 1, timeout=START_WITHIN)
             time.sleep(0.05)  # past a fair=False head's first 10 ms: it is handed the lock
             dead.signal(signal.SIGKILL)
             dead.proc.wait(5)
             live = _Thread(kit.lock("k", fair=bool(place), timeout=8))
-            _wait_until(lambda: _queued(raw, namespace, "k") == 2)
+            wait_until(lambda: _queued(raw, namespace, "k") == 2)
             holder.release()
             released = time.monotonic()
             live.join(10)
@@ -308,7 +302,7 @@ def test_a_killed_waiter_is_skipped_while_a_pattern_subscriber_listens(
 
 
 def test_hand_overs_between_tasks_of_one_process_cost_one_round_trip_each(
-    redis_server: RedisServer, namespace: str, kits: tuple[LockKit, LockKit]
+    redis_server: RedisServer, raw: redis.Redis, namespace: str, kits: tuple[LockKit, LockKit]
 ) -> None:
     # fair=True: a fair=False head is not handed the lock while it is young (bounded
     # barging, test_redis_barging); it asks for it
@@ -334,11 +328,7 @@ def test_hand_overs_between_tasks_of_one_process_cost_one_round_trip_each(
                 inside -= 1
 
         tasks = [asyncio.create_task(task()) for _ in range(count)]
-        key = f"lockkit:{{{namespace}:k}}:q"
-        client = redis.asyncio.Redis.from_url(redis_server.url)
-        while await client.zcard(key) < count:
-            await asyncio.sleep(0.01)
-        await client.aclose()
+        await await_until(lambda: _queued(raw, namespace, "k") == count)
         with CommandCounter(redis_server.port) as seen:
             await holder.arelease()
             await asyncio.gather(*tasks)
@@ -365,9 +355,7 @@ def test_a_waiter_of_the_releasing_process_that_left_without_a_word_passes_it_on
     gone.close(False, reachable=False)
     live = _Thread(kit.lock("k", fair=True, timeout=8))
     queue, gone_id = f"lockkit:{{{namespace}:k}}:q", owner_id(owner)
-    _wait_until(
-        lambda: _queued(raw, namespace, "k") - (raw.zscore(queue, gone_id) is not None) == 1
-    )
+    wait_until(lambda: _queued(raw, namespace, "k") - (raw.zscore(queue, gone_id) is not None) == 1)
     # The release may name the waiter that left (its process has no such waiter any more):
     # its leave passes the lock on, either way the live waiter gets it at once.
     holder.release()
