@@ -74,7 +74,7 @@ def test_killing_the_leader_keeps_exclusion_and_rising_tokens(
         while len(after_kill) < 20 and time.monotonic() < deadline:
             time.sleep(0.1)
         if len(after_kill) < 20:
-            stuck = _members_state(zookeeper_ensemble)
+            stuck = zookeeper_ensemble.report()
         stop.set()
         for t in threads:
             t.join(30)
@@ -92,11 +92,3 @@ def test_killing_the_leader_keeps_exclusion_and_rising_tokens(
     )
     assert all(b > a for a, b in itertools.pairwise(tokens)), "a token went back"
     assert zookeeper_ensemble.leader() is not None
-
-
-def _members_state(ensemble: ZooKeeperEnsemble) -> str:
-    """Each member's mode and the end of its log: why no new leader serves."""
-    return "\n".join(
-        f"member {i}: {ensemble.mode(i)!r}\n{member.log_tail()}"
-        for i, member in enumerate(ensemble.members)
-    )

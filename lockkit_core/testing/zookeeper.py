@@ -212,8 +212,15 @@ class ZooKeeperEnsemble(Closing):
                         + member.log_tail()
                     )
             time.sleep(0.1)
-        tails = "\n".join(f"member {m.myid}:\n{m.log_tail()}" for m in self.members)
-        raise RuntimeError(f"ZooKeeper did not start serving in time; logs:\n{tails}")
+        raise RuntimeError(f"ZooKeeper did not start serving in time:\n{self.report()}")
+
+    def report(self) -> str:
+        """Each member's mode (None: it does not serve) and the end of its log: why no
+        member leads, for a failure's message."""
+        return "\n".join(
+            f"member {m.myid} ({self.mode(i)!r}):\n{m.log_tail()}"
+            for i, m in enumerate(self.members)
+        )
 
     def kill(self, index: int) -> None:
         """SIGKILL member ``index``, as a crash would."""
