@@ -140,6 +140,9 @@ class LockKit:
 
     def close(self) -> None:
         """Close the store's connections. Held locks stay held until their TTL."""
+        # A closed kit has nothing to redo in a forked child: its descriptors are closed,
+        # and their numbers may be another's by then.
+        _kits.discard(self)
         self._closer()
 
     def __enter__(self) -> LockKit:

@@ -51,3 +51,28 @@ def reads_in_a_session_of_its_own(fork: str, url: str) -> None:
         f"the child's read ran in its parent's database session(s) {sorted(shared)}: "
         "a fork without at-fork hooks runs the after_fork callbacks only at an acquisition"
     )
+
+
+def test_a_kit_closed_before_the_fork_leaves_the_childs_descriptors_alone(
+    postgres_server: PostgresServer,
+) -> None:
+    """A kit closed but still referenced at a fork has nothing to hand over in the child: its
+    descriptors are closed, and their numbers may be someone else's by then (here a pipe of
+    the program's), which the child must neither close nor reuse."""
+    url = f"{postgres_server.url}?mode=advisory"
+    closed = LockKit(url, namespace=f"f{uuid.uuid4().hex[:8]}")
+    closed.close()
+    read, write = os.pipe()  # takes the lowest free numbers: the closed kit's
+    pipe = [(os.fstat(fd).st_dev, os.fstat(fd).st_ino) for fd in (read, write)]
+    try:
+
+        def child() -> list[list[int]]:
+            with LockKit("memory://fork-reads").lock("k"):  # the child's first use of lockkit
+                pass
+            return [[os.fstat(fd).st_dev, os.fstat(fd).st_ino] for fd in (read, write)]
+
+        assert in_child(child, "os.fork", within=30) == [list(ends) for ends in pipe]
+    finally:
+        os.close(read)
+        os.close(write)
+    assert closed is not None  # referenced until after the fork
